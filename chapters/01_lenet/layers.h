@@ -1,0 +1,72 @@
+// LeNet's layers, forward and backward, written once for both backends.
+//
+// Layout. Activations are stored channel-major: [C][B][H][W] ("CNHW"), and the dense
+// layers' activations are [features][B]. With that layout a convolution over the whole
+// batch is ONE matrix product, W [Cout x C*k*k] times the unfolded input [C*k*k x B*Ho*Wo],
+// and its result is already the next layer's input, [Cout][B][Ho][Wo]; no transposes.
+// The weights keep d2l's shapes: conv W [Cout][C][k][k], dense W [in][out].
+//
+// Conventions. Forward functions overwrite their outputs. Backward functions ADD the
+// parameter gradients into dW and db (so a batch can be processed in chunks and the
+// gradients sum up) and overwrite the input gradient dx; dx == nullptr skips it.
+// `ones` is a vector of 1.0f at least as long as the longest row it meets: a bias add is
+// the outer product b * ones^T, a bias gradient is the product dz * ones.
+#pragma once
+#include <cstdint>
+
+#include "common/device.h"
+
+namespace lenet {
+
+using mgpu::Device;
+
+struct ImageShape {  // the shape of a [C][B][H][W] tensor
+  int channels, batch, height, width;
+  std::int64_t size() const { return std::int64_t(channels) * batch * height * width; }
+};
+
+// --- convolution (valid padding, stride 1) through im2col + GEMM
+// col [C*k*k][B*Ho*Wo]: row (c, ky, kx), column (b, oy, ox) holds x[c][b][oy+ky][ox+kx].
+void im2col(const Device& d, const float* x, ImageShape xs, int k, float* col);
+// The adjoint of im2col: dx[c][b][y][x] = sum of every col entry that copied x[c][b][y][x].
+void col2im(const Device& d, const float* col, ImageShape xs, int k, float* dx);
+
+// z [Cout][B][Ho][Wo] = W * im2col(x) + b; col (scratch, kept for the backward pass).
+void conv2d_forward(const Device& d, const float* x, ImageShape xs, const float* W, const float* b,
+                    int out_channels, int k, const float* ones, float* col, float* z);
+// From dz [Cout][B][Ho][Wo] and the forward pass's col: dW += dz col^T, db += dz ones,
+// dx = col2im(W^T dz) (dcol is scratch of col's size).
+void conv2d_backward(const Device& d, const float* dz, ImageShape xs, const float* W, int out_channels, int k,
+                     const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx);
+
+// --- ReLU, in place. Backward: dh *= (h > 0), where h is the forward output.
+void relu_forward(const Device& d, float* z, std::int64_t n);
+void relu_backward(const Device& d, const float* h, float* dh, std::int64_t n);
+
+// --- 2x2 average pooling, stride 2: y [C][B][H/2][W/2]. An odd last row/column is
+// dropped, as PyTorch's avg_pool2d does (LeNet's 9x9 -> 4x4).
+void avgpool2_forward(const Device& d, const float* x, ImageShape xs, float* y);
+void avgpool2_backward(const Device& d, const float* dy, ImageShape xs, float* dx);
+
+// --- flatten [C][B][H][W] -> [C*H*W][B] (feature f = (c*H + y)*W + x, d2l's order); and back.
+void flatten(const Device& d, const float* x, ImageShape xs, float* y);
+void unflatten(const Device& d, const float* dy, ImageShape xs, float* dx);
+
+// --- dense: z [out][B] = W^T x + b, with W [in][out] (d2l's torch.mm(X, W) + b, transposed).
+void dense_forward(const Device& d, const float* x, int in, int batch, const float* W, const float* b, int out,
+                   const float* ones, float* z);
+void dense_backward(const Device& d, const float* dz, const float* x, int in, int batch, const float* W, int out,
+                    const float* ones, float* dW, float* db, float* dx);
+
+// --- softmax cross-entropy per example, from logits [classes][B] and labels [B]:
+// loss[b] = log(sum_c exp z[c][b]) - z[y_b][b]; correct[b] = 1 when argmax is y_b.
+// dlogits [classes][B] = softmax(z) - onehot(y), the gradient of sum_b loss[b]; nullptr skips it.
+void softmax_cross_entropy(const Device& d, const float* logits, const std::int32_t* labels, int classes,
+                           int batch, float* loss, float* correct, float* dlogits);
+
+// --- SGD: p -= scale * g over n elements (scale = lr / batch size, as d2l's sgd()).
+void sgd_update(const Device& d, float* p, const float* g, std::int64_t n, float scale);
+
+void fill(const Device& d, float* p, std::int64_t n, float value);
+
+}  // namespace lenet

@@ -1,0 +1,205 @@
+// LeNet's forward and backward passes, the training step's pieces, and evaluation.
+#include "lenet.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/parallel.h"
+#include "common/random.h"
+
+namespace lenet {
+namespace {
+
+constexpr int kSide = 28, kPixels = kSide * kSide;
+
+// Item: one row of one image of the batch; it copies 28 pixels (and, once, the label).
+struct GatherRows {
+  const float* pixels;
+  const std::int32_t* labels;
+  const std::int32_t* order;
+  float* x;
+  std::int32_t* y;
+  MGPU_HD void operator()(std::int64_t q) const {
+    const std::int64_t b = q / kSide, row = q % kSide;
+    const std::int64_t example = order[b];
+    const float* src = pixels + example * kPixels + row * kSide;
+    float* dst = x + b * kPixels + row * kSide;
+    for (int i = 0; i < kSide; ++i) dst[i] = src[i];
+    if (row == 0) y[b] = labels[example];
+  }
+};
+
+// A single item: adds n per-example losses and hits into the running sums. n is at most a
+// batch, so one thread is enough, and the result stays on the device.
+struct AddMetrics {
+  const float* loss;
+  const float* correct;
+  double* sums;
+  int n;
+  MGPU_HD void operator()(std::int64_t) const {
+    double l = 0, c = 0;
+    for (int i = 0; i < n; ++i) l += loss[i], c += correct[i];
+    sums[0] += l;
+    sums[1] += c;
+  }
+};
+
+}  // namespace
+
+std::int64_t parameter_count() {
+  std::int64_t n = 0;
+  for (const ParamInfo& p : kParams) n += p.count;
+  return n;
+}
+
+HostParams init_params(std::uint64_t seed, float scale) {
+  mgpu::Rng rng(seed);
+  HostParams host;
+  for (const ParamInfo& info : kParams) {
+    std::vector<float> t(info.count, 0.0f);  // biases (names starting with 'b') stay zero
+    if (info.name[0] == 'W')
+      for (float& w : t) w = static_cast<float>(rng.normal() * scale);
+    host.push_back(std::move(t));
+  }
+  return host;
+}
+
+void Params::zero() {
+  for (auto& t : tensors) t.zero();
+}
+
+HostParams Params::download() const {
+  HostParams host;
+  for (const auto& t : tensors) host.push_back(t.download());
+  return host;
+}
+
+Params upload_params(const Device& d, const HostParams& host) {
+  if (host.size() != kParamTensors) throw mgpu::Error("upload_params: expected 8 tensors");
+  Params p;
+  for (int i = 0; i < kParamTensors; ++i) {
+    if (std::int64_t(host[i].size()) != kParams[i].count)
+      throw mgpu::Error(std::string("upload_params: ") + kParams[i].name + " has " +
+                        std::to_string(host[i].size()) + " elements, expected " + std::to_string(kParams[i].count));
+    p.tensors[i] = mgpu::Buffer<float>(d, host[i].size());
+    p.tensors[i].upload(host[i]);
+  }
+  return p;
+}
+
+Params zero_params(const Device& d) {
+  Params p;
+  for (int i = 0; i < kParamTensors; ++i) {
+    p.tensors[i] = mgpu::Buffer<float>(d, kParams[i].count);
+    p.tensors[i].zero();
+  }
+  return p;
+}
+
+Workspace::Workspace(const Device& d, int B)
+    : capacity(B),
+      x(d, std::size_t(B) * kPixels), y(d, B),
+      col1(d, std::size_t(9) * B * 26 * 26), h1(d, std::size_t(20) * B * 26 * 26), p1(d, std::size_t(20) * B * 13 * 13),
+      col2(d, std::size_t(500) * B * 9 * 9), h2(d, std::size_t(50) * B * 9 * 9), p2(d, std::size_t(50) * B * 4 * 4),
+      f(d, std::size_t(800) * B), h3(d, std::size_t(128) * B), z4(d, std::size_t(10) * B),
+      dz4(d, std::size_t(10) * B), dh3(d, std::size_t(128) * B), df(d, std::size_t(800) * B),
+      dp2(d, std::size_t(50) * B * 4 * 4), dh2(d, std::size_t(50) * B * 9 * 9), dcol2(d, std::size_t(500) * B * 9 * 9),
+      dp1(d, std::size_t(20) * B * 13 * 13), dh1(d, std::size_t(20) * B * 26 * 26),
+      loss(d, B), correct(d, B), ones(d, std::size_t(B) * 26 * 26) {
+  fill(d, ones.data(), ones.size(), 1.0f);
+}
+
+void forward(const Device& d, Params& p, Workspace& ws, const float* x, int n) {
+  const float* ones = ws.ones.data();
+  const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
+  conv2d_forward(d, x, in, p.W1(), p.b1(), 20, 3, ones, ws.col1.data(), ws.h1.data());
+  relu_forward(d, ws.h1.data(), c1.size());
+  avgpool2_forward(d, ws.h1.data(), c1, ws.p1.data());
+  conv2d_forward(d, ws.p1.data(), s1, p.W2(), p.b2(), 50, 5, ones, ws.col2.data(), ws.h2.data());
+  relu_forward(d, ws.h2.data(), c2.size());
+  avgpool2_forward(d, ws.h2.data(), c2, ws.p2.data());
+  flatten(d, ws.p2.data(), s2, ws.f.data());
+  dense_forward(d, ws.f.data(), 800, n, p.W3(), p.b3(), 128, ones, ws.h3.data());
+  relu_forward(d, ws.h3.data(), std::int64_t(128) * n);
+  dense_forward(d, ws.h3.data(), 128, n, p.W4(), p.b4(), 10, ones, ws.z4.data());
+}
+
+void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, bool with_gradient) {
+  softmax_cross_entropy(d, ws.z4.data(), labels, 10, n, ws.loss.data(), ws.correct.data(),
+                        with_gradient ? ws.dz4.data() : nullptr);
+}
+
+void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n) {
+  const float* ones = ws.ones.data();
+  const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
+  // The forward pass in reverse; each line's comment names the gradient it produces.
+  dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
+  relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3
+  dense_backward(d, ws.dh3.data(), ws.f.data(), 800, n, p.W3(), 128, ones, g.W3(), g.b3(), ws.df.data());   // df
+  unflatten(d, ws.df.data(), s2, ws.dp2.data());                                                             // dp2
+  avgpool2_backward(d, ws.dp2.data(), c2, ws.dh2.data());                                                    // dh2
+  relu_backward(d, ws.h2.data(), ws.dh2.data(), c2.size());                                                  // dz2
+  conv2d_backward(d, ws.dh2.data(), s1, p.W2(), 50, 5, ws.col2.data(), ones, g.W2(), g.b2(), ws.dcol2.data(),
+                  ws.dp1.data());                                                                            // dp1
+  avgpool2_backward(d, ws.dp1.data(), c1, ws.dh1.data());                                                    // dh1
+  relu_backward(d, ws.h1.data(), ws.dh1.data(), c1.size());                                                  // dz1
+  // The images need no gradient: conv1 computes dW1 and db1 only (its input is in ws.col1).
+  conv2d_backward(d, ws.dh1.data(), in, p.W1(), 20, 3, ws.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
+}
+
+DeviceImages::DeviceImages(const Device& d, const mgpu::LabeledImages& host)
+    : count(host.count), pixels(d, host.pixels.size()), labels(d, host.labels.size()) {
+  pixels.upload(host.pixels);
+  labels.upload(host.labels);
+}
+
+std::array<double, 2> Metrics::read() const {
+  const std::vector<double> host = sums.download();
+  return {host[0], host[1]};
+}
+
+void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m) {
+  mgpu::for_each_index(d, 1, AddMetrics{ws.loss.data(), ws.correct.data(), m.sums.data(), n});
+}
+
+void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Workspace& ws) {
+  mgpu::for_each_index(d, std::int64_t(n) * kSide,
+                       GatherRows{data.pixels.data(), data.labels.data(), order, ws.x.data(), ws.y.data()});
+}
+
+void accumulate_gradients(const Device& d, Params& p, Params& g, Workspace& ws, const DeviceImages& data,
+                          const std::int32_t* order, int n, Metrics& m) {
+  // The loss is a sum over examples, so its gradient is the sum of the chunks' gradients.
+  for (int start = 0; start < n; start += ws.capacity) {
+    const int chunk = std::min(ws.capacity, n - start);
+    gather(d, data, order + start, chunk, ws);
+    forward(d, p, ws, ws.x.data(), chunk);
+    loss(d, ws, ws.y.data(), chunk, /*with_gradient=*/true);
+    accumulate_metrics(d, ws, chunk, m);
+    backward(d, p, g, ws, chunk);
+  }
+}
+
+void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) {
+  for (int i = 0; i < kParamTensors; ++i)
+    sgd_update(d, p.tensors[i].data(), g.tensors[i].data(), kParams[i].count, lr / batch_size);
+}
+
+double evaluate_accuracy(const Device& d, Params& p, Workspace& ws, const DeviceImages& data) {
+  Metrics m(d);
+  for (int start = 0; start < data.count; start += ws.capacity) {
+    const int chunk = std::min(ws.capacity, data.count - start);
+    forward(d, p, ws, data.pixels.data() + std::int64_t(start) * kPixels, chunk);
+    loss(d, ws, data.labels.data() + start, chunk, /*with_gradient=*/false);
+    accumulate_metrics(d, ws, chunk, m);
+  }
+  return m.read()[1] / data.count;
+}
+
+int chunk_images(int batch_size) {
+  // Temporary knob for measurements.
+  if (const char* env = std::getenv("MGPU_CHUNK")) return std::min(batch_size, std::atoi(env));
+  return batch_size;
+}
+
+}  // namespace lenet

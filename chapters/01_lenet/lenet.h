@@ -1,0 +1,122 @@
+// d2l's LeNet (section 13.5.3), from eight plain parameter arrays:
+//
+//   X [1][B][28][28]
+//   conv 3x3, 1 -> 20, ReLU      -> [20][B][26][26]     W1 [20][1][3][3]   b1 [20]
+//   avg pool 2x2                 -> [20][B][13][13]
+//   conv 5x5, 20 -> 50, ReLU     -> [50][B][9][9]       W2 [50][20][5][5]  b2 [50]
+//   avg pool 2x2                 -> [50][B][4][4]
+//   flatten                      -> [800][B]
+//   dense 800 -> 128, ReLU       -> [128][B]            W3 [800][128]      b3 [128]
+//   dense 128 -> 10              -> [10][B] logits      W4 [128][10]       b4 [10]
+//
+// 129,068 parameters. Weights are drawn from N(0, 0.01^2), biases start at zero.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/device.h"
+#include "common/fashion_mnist.h"
+#include "layers.h"
+
+namespace lenet {
+
+inline constexpr int kParamTensors = 8;
+struct ParamInfo {
+  const char* name;
+  std::int64_t count;
+};
+inline constexpr std::array<ParamInfo, kParamTensors> kParams = {{
+    {"W1", 20 * 1 * 3 * 3}, {"b1", 20}, {"W2", 50 * 20 * 5 * 5}, {"b2", 50},
+    {"W3", 800 * 128},      {"b3", 128}, {"W4", 128 * 10},       {"b4", 10},
+}};
+std::int64_t parameter_count();  // 129,068
+
+// Host copies of the eight arrays, in kParams order: the same numbers for a given seed,
+// whatever the device count, so every run can start from the same point.
+using HostParams = std::vector<std::vector<float>>;
+HostParams init_params(std::uint64_t seed, float scale = 0.01f);
+
+// The eight arrays on one device. Gradients use the same type.
+struct Params {
+  std::array<mgpu::Buffer<float>, kParamTensors> tensors;  // W1, b1, W2, b2, W3, b3, W4, b4
+  float* W1() { return tensors[0].data(); }
+  float* b1() { return tensors[1].data(); }
+  float* W2() { return tensors[2].data(); }
+  float* b2() { return tensors[3].data(); }
+  float* W3() { return tensors[4].data(); }
+  float* b3() { return tensors[5].data(); }
+  float* W4() { return tensors[6].data(); }
+  float* b4() { return tensors[7].data(); }
+  void zero();
+  HostParams download() const;
+};
+Params upload_params(const Device& d, const HostParams& host);
+Params zero_params(const Device& d);
+
+// Every intermediate tensor of one forward + backward pass for up to `capacity` images.
+// Comments give shapes for B = capacity.
+struct Workspace {
+  Workspace(const Device& d, int capacity);
+  int capacity;
+  mgpu::Buffer<float> x;         // [1][B][28][28]   the gathered input images
+  mgpu::Buffer<std::int32_t> y;  // [B]              their labels
+  mgpu::Buffer<float> col1;      // [9][B*26*26]     conv1's unfolded input
+  mgpu::Buffer<float> h1;        // [20][B][26][26]  conv1 + ReLU
+  mgpu::Buffer<float> p1;        // [20][B][13][13]  pool
+  mgpu::Buffer<float> col2;      // [500][B*9*9]     conv2's unfolded input
+  mgpu::Buffer<float> h2;        // [50][B][9][9]    conv2 + ReLU
+  mgpu::Buffer<float> p2;        // [50][B][4][4]    pool
+  mgpu::Buffer<float> f;         // [800][B]         flattened
+  mgpu::Buffer<float> h3;        // [128][B]         dense3 + ReLU
+  mgpu::Buffer<float> z4;        // [10][B]          logits
+  // gradients of the loss with respect to each of the above
+  mgpu::Buffer<float> dz4, dh3, df, dp2, dh2, dcol2, dp1, dh1;
+  mgpu::Buffer<float> loss, correct;  // [B] per example
+  mgpu::Buffer<float> ones;           // [B*26*26] all 1.0f (bias adds and bias gradients)
+};
+
+// Logits ws.z4 [10][n] for n <= capacity images x [1][n][28][28].
+void forward(const Device& d, Params& p, Workspace& ws, const float* x, int n);
+// Per-example loss and correctness into ws.loss / ws.correct; with_gradient also fills ws.dz4.
+void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, bool with_gradient);
+// Adds the gradient of the summed loss of the last forward() and loss() (n images) into g.
+void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n);
+
+// A dataset split resident on a device, uploaded once.
+struct DeviceImages {
+  DeviceImages(const Device& d, const mgpu::LabeledImages& host);
+  int count;
+  mgpu::Buffer<float> pixels;         // [count][28*28]
+  mgpu::Buffer<std::int32_t> labels;  // [count]
+};
+
+// Running sums over an epoch, kept on the device so no step waits for the host.
+struct Metrics {
+  explicit Metrics(const Device& d) : sums(d, 2) { sums.zero(); }
+  mgpu::Buffer<double> sums;  // [loss sum, correct count]
+  void reset() { sums.zero(); }
+  std::array<double, 2> read() const;  // synchronizes
+};
+// Adds ws.loss and ws.correct of n examples into m.
+void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m);
+
+// Copies examples order[0..n) of `data` into ws.x / ws.y ([1][n][28][28], [n]); `order` is on the device.
+void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Workspace& ws);
+
+// The gradient of the summed loss over n examples (order[0..n) of data) is ADDED into g,
+// in chunks of at most ws.capacity images; loss and accuracy go into m.
+void accumulate_gradients(const Device& d, Params& p, Params& g, Workspace& ws, const DeviceImages& data,
+                          const std::int32_t* order, int n, Metrics& m);
+
+// p -= lr * g / batch_size for all eight tensors: d2l's sgd(params, lr, batch_size).
+void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size);
+
+// Fraction of `data` classified correctly, in chunks of ws.capacity.
+double evaluate_accuracy(const Device& d, Params& p, Workspace& ws, const DeviceImages& data);
+
+// How many images one forward/backward pass takes at a time on this backend (see lenet.cu).
+int chunk_images(int batch_size);
+
+}  // namespace lenet

@@ -1,0 +1,30 @@
+// Chapter 01: LeNet from raw parameter arrays, trained on one device.
+//   build/bin/01_lenet [--epochs 10] [--batch-size 256] [--lr 0.2] ...   (--help for all)
+#include <cstdio>
+
+#include "common/cli.h"
+#include "common/device.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
+#include "train.h"
+
+int main(int argc, char** argv) {
+  const mgpu::ChapterInfo chapter{"01_lenet", "d2l's LeNet from raw parameter arrays, trained on one device",
+                                  /*default_devices=*/1, /*max_devices=*/1};
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
+  try {
+    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+                data.test.count);
+    const mgpu::DeviceSet devices(1);
+    std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,
+                static_cast<long long>(lenet::parameter_count()), devices.mapping().c_str());
+    mgpu::TrainingLog log(chapter.name, chapter.name, o, devices.size(), data.train.count);
+    lenet::train(devices, data, o, log);
+    log.finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "01_lenet: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,105 @@
+# Resolves MGPU_BACKEND (auto|cpu|cuda) and defines:
+#   MGPU_BACKEND_RESOLVED   cpu or cuda
+#   MGPU_GPU_COUNT          GPUs that answered nvidia-smi at configure time
+#   mgpu_backend            interface target: the defines, include paths and libraries of the backend
+#   mgpu_device_sources()   marks .cu files (code shared by both backends) for the right compiler
+#   MGPU_HAVE_NCCL, MGPU_BLAS_NAME
+
+# --- Does a GPU answer? (the only reliable configure-time test that needs no compilation)
+set(MGPU_GPU_COUNT 0)
+find_program(MGPU_NVIDIA_SMI nvidia-smi)
+if(MGPU_NVIDIA_SMI)
+  execute_process(COMMAND ${MGPU_NVIDIA_SMI} -L OUTPUT_VARIABLE _smi RESULT_VARIABLE _smi_rc ERROR_QUIET)
+  if(_smi_rc EQUAL 0)
+    string(REGEX MATCHALL "GPU [0-9]+:" _gpus "${_smi}")
+    list(LENGTH _gpus MGPU_GPU_COUNT)
+  endif()
+endif()
+
+include(CheckLanguage)
+if(NOT MGPU_BACKEND MATCHES "^(auto|cpu|cuda)$")
+  message(FATAL_ERROR "MGPU_BACKEND must be auto, cpu or cuda (got '${MGPU_BACKEND}')")
+endif()
+set(MGPU_BACKEND_RESOLVED ${MGPU_BACKEND})
+if(MGPU_BACKEND STREQUAL "auto" OR MGPU_BACKEND STREQUAL "cuda")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(MGPU_BACKEND STREQUAL "auto")
+    if(CMAKE_CUDA_COMPILER AND MGPU_GPU_COUNT GREATER 0)
+      set(MGPU_BACKEND_RESOLVED cuda)
+    else()
+      set(MGPU_BACKEND_RESOLVED cpu)
+    endif()
+  elseif(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "MGPU_BACKEND=cuda but no CUDA compiler (nvcc) was found; "
+                        "install the CUDA toolkit or configure with -DMGPU_BACKEND=cpu")
+  endif()
+endif()
+
+add_library(mgpu_backend INTERFACE)
+set(MGPU_HAVE_NCCL OFF)
+
+if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
+  # An explicit list, never "native": "native" fails on a machine without a GPU (CI compiles
+  # the cuda backend there). sm_75 Turing (T4), sm_80 Ampere (also runs on 8.6/8.9), sm_90 Hopper;
+  # the compute_90 PTX in the last entry lets newer GPUs JIT-compile it.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 90)
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+  target_compile_definitions(mgpu_backend INTERFACE MGPU_CUDA=1
+                             THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CUDA)
+  target_link_libraries(mgpu_backend INTERFACE CUDA::cudart CUDA::cublas)
+  target_compile_options(mgpu_backend INTERFACE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
+  set(MGPU_BLAS_NAME "cuBLAS ${CUDAToolkit_VERSION}")
+
+  find_path(MGPU_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(MGPU_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(MGPU_NCCL_INCLUDE AND MGPU_NCCL_LIBRARY)
+    set(MGPU_HAVE_NCCL ON)
+  endif()
+else()
+  # Thrust and CUB are header-only: take them from the CUDA toolkit's CCCL if it is installed,
+  # else from Debian's libthrust-dev.
+  find_path(MGPU_THRUST_INCLUDE thrust/version.h
+            HINTS /usr/local/cuda/include/cccl /usr/local/cuda/include /usr/include)
+  if(NOT MGPU_THRUST_INCLUDE)
+    message(FATAL_ERROR "Thrust headers not found: install the CUDA toolkit or Debian's libthrust-dev")
+  endif()
+  find_package(OpenMP REQUIRED)
+  # OpenBLAS built with OpenMP shares OpenMP's thread pool with our Thrust loops; the pthread
+  # build would keep its own threads spinning next to OpenMP's on the same cores.
+  find_path(MGPU_CBLAS_INCLUDE cblas.h
+            HINTS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+            PATH_SUFFIXES openblas)
+  find_library(MGPU_OPENBLAS openblas
+               HINTS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
+  if(NOT MGPU_CBLAS_INCLUDE OR NOT MGPU_OPENBLAS)
+    message(FATAL_ERROR "OpenBLAS not found: apt-get install libopenblas-openmp-dev")
+  endif()
+  set(MGPU_BLAS_NAME "OpenBLAS (${MGPU_OPENBLAS})")
+  target_include_directories(mgpu_backend SYSTEM INTERFACE ${MGPU_THRUST_INCLUDE} ${MGPU_CBLAS_INCLUDE})
+  target_compile_definitions(mgpu_backend INTERFACE MGPU_CUDA=0
+                             THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP)
+  target_link_libraries(mgpu_backend INTERFACE OpenMP::OpenMP_CXX ${MGPU_OPENBLAS})
+  if(MGPU_NATIVE)
+    target_compile_options(mgpu_backend INTERFACE -march=native)
+  endif()
+endif()
+target_compile_options(mgpu_backend INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+
+# Files ending in .cu hold the code both backends share (Thrust algorithms, functors):
+# nvcc compiles them in the cuda build, the host compiler (as C++) in the cpu build.
+function(mgpu_device_sources)
+  if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
+    set_source_files_properties(${ARGN} PROPERTIES LANGUAGE CUDA)
+  else()
+    set_source_files_properties(${ARGN} PROPERTIES LANGUAGE CXX)
+  endif()
+endfunction()

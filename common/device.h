@@ -1,0 +1,105 @@
+// Devices and the memory that lives on them.
+//
+// A program asks for k logical devices. In the cuda build each is placed on a GPU,
+// round-robin (logical i -> GPU i % gpu_count()), with its own stream and cuBLAS handle,
+// so a machine with one GPU still runs 2- and 4-device code. In the cpu build a device
+// is a replica in host memory and its work runs on the OpenMP threads.
+//
+// Buffer<T> is an array of T on one device. Sizes are element counts everywhere; the
+// only place that turns them into bytes is inside this file's functions.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "check.h"
+
+namespace mgpu {
+
+struct Device {
+  int index = 0;  // logical device, 0..k-1
+  int gpu = -1;   // physical GPU ordinal (cuda build); -1 in the cpu build
+#if MGPU_CUDA
+  cudaStream_t stream = nullptr;  // all of this device's work is queued here
+  cublasHandle_t blas = nullptr;  // bound to `stream`
+#endif
+  std::string name() const;  // "cuda:0" or "cpu"
+};
+
+// GPUs that answer (always 0 in the cpu build).
+int gpu_count();
+
+// Owns k logical devices: streams and handles are created here and destroyed with it.
+class DeviceSet {
+ public:
+  explicit DeviceSet(int k);
+  ~DeviceSet();
+  DeviceSet(const DeviceSet&) = delete;
+  DeviceSet& operator=(const DeviceSet&) = delete;
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  const Device& operator[](int i) const { return devices_.at(i); }
+  // One line per logical device: "device 1 -> cuda:0 (shared with device 0)".
+  std::string mapping() const;
+  void synchronize() const;
+
+ private:
+  std::vector<Device> devices_;
+};
+
+void activate(const Device& d);     // make d current for the calls that follow (cudaSetDevice)
+void synchronize(const Device& d);  // wait for all work queued on d
+
+// Untyped primitives behind Buffer<T>; `bytes` is always count * sizeof(T), computed there.
+void* device_allocate(const Device& d, std::size_t bytes);
+void device_free(const Device& d, void* p) noexcept;
+void copy_bytes_to_device(const Device& d, void* dst, const void* host_src, std::size_t bytes);
+void copy_bytes_to_host(const Device& d, void* host_dst, const void* src, std::size_t bytes);
+void zero_bytes(const Device& d, void* p, std::size_t bytes);
+
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Device& d, std::size_t count)
+      : device_(d), count_(count), data_(static_cast<T*>(device_allocate(d, count * sizeof(T)))) {}
+  ~Buffer() { device_free(device_, data_); }
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return count_; }
+  const Device& device() const { return device_; }
+
+  void zero() { zero_bytes(device_, data_, count_ * sizeof(T)); }
+  void upload(const T* host, std::size_t count) {
+    if (count > count_) throw Error("Buffer::upload: " + std::to_string(count) +
+                                    " elements do not fit in " + std::to_string(count_));
+    copy_bytes_to_device(device_, data_, host, count * sizeof(T));
+  }
+  void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    copy_bytes_to_host(device_, host.data(), data_, count_ * sizeof(T));
+    return host;
+  }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(device_, o.device_);
+    std::swap(count_, o.count_);
+    std::swap(data_, o.data_);
+  }
+  Device device_{};
+  std::size_t count_ = 0;
+  T* data_ = nullptr;
+};
+
+}  // namespace mgpu

@@ -1,0 +1,41 @@
+// Fashion-MNIST: 60,000 training and 10,000 test images of 28x28 grey pixels, 10 classes.
+// The four gzip'd IDX files are read with zlib; pixels are scaled to [0, 1] as d2l does.
+//
+// The directory is looked up in this order (the first holding the files wins):
+//   --data-dir, $FASHION_MNIST_DIR, data/fashion-mnist/ (in the repository),
+//   /usr/share/datasets/fashion-mnist/ (Debian's dataset-fashion-mnist).
+// A missing, truncated or corrupt file raises mgpu::Error naming the file and the fault.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mgpu {
+
+struct LabeledImages {
+  int count = 0, rows = 0, cols = 0;
+  std::vector<float> pixels;         // [count][rows * cols], in [0, 1]
+  std::vector<std::int32_t> labels;  // [count], each in 0..9
+  int pixels_per_image() const { return rows * cols; }
+};
+
+struct FashionMnist {
+  std::string dir;  // where the files were found
+  LabeledImages train, test;
+};
+
+inline constexpr int kClasses = 10;
+inline const char* const kClassNames[kClasses] = {"t-shirt", "trouser", "pullover", "dress", "coat",
+                                                  "sandal",  "shirt",   "sneaker",  "bag",   "ankle boot"};
+
+// The directory to read from; throws mgpu::Error listing every place it looked.
+std::string find_fashion_mnist(const std::string& data_dir_flag);
+
+// One IDX pair (images + labels). Checks magic numbers, sizes, the gzip stream's integrity,
+// that both files hold the same number of examples, and that labels are 0..9.
+LabeledImages load_idx(const std::string& images_path, const std::string& labels_path);
+
+// Both splits; limit_train > 0 keeps the first limit_train training images.
+FashionMnist load_fashion_mnist(const std::string& data_dir_flag, int limit_train = 0);
+
+}  // namespace mgpu

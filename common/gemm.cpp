@@ -1,0 +1,36 @@
+#include "gemm.h"
+
+#include <string>
+
+#if !MGPU_CUDA
+#include <cblas.h>
+#endif
+
+namespace mgpu {
+
+void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha,
+          const float* A, const float* B, float beta, float* C) {
+  if (M < 0 || N < 0 || K < 0)
+    throw Error("gemm: negative size M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                " K=" + std::to_string(K));
+  if (M == 0 || N == 0) return;
+  // Leading dimensions of row-major storage: the length of a stored row.
+  const int lda = ta == Transpose::No ? K : M;
+  const int ldb = tb == Transpose::No ? N : K;
+  const int ldc = N;
+#if MGPU_CUDA
+  // cuBLAS is column-major. A row-major C is a column-major C^T, and C^T = op(B)^T op(A)^T:
+  // so we ask cuBLAS for that product, with A and B swapped, and nothing is copied.
+  const cublasOperation_t opA = ta == Transpose::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasOperation_t opB = tb == Transpose::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+  activate(d);
+  MGPU_CHECK_CUBLAS(cublasSgemm(d.blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+#else
+  (void)d;
+  cblas_sgemm(CblasRowMajor, ta == Transpose::No ? CblasNoTrans : CblasTrans,
+              tb == Transpose::No ? CblasNoTrans : CblasTrans, M, N, K, alpha, A, lda, B, ldb,
+              beta, C, ldc);
+#endif
+}
+
+}  // namespace mgpu

@@ -1,0 +1,110 @@
+#include "report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "backend.h"
+#include "check.h"
+
+namespace mgpu {
+namespace fs = std::filesystem;
+
+TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& options, int devices,
+                         int train_examples)
+    : chapter_(std::move(chapter)), run_(std::move(run)), options_(options), devices_(devices),
+      train_examples_(train_examples) {}
+
+void TrainingLog::progress(int epoch, int batch, int batches) const {
+  static const bool terminal = isatty(fileno(stdout));
+  if (!terminal) return;  // logs and pipes get the epoch lines only
+  std::printf("\r  epoch %d/%d  batch %d/%d ", epoch, options_.epochs, batch, batches);
+  std::fflush(stdout);
+}
+
+void TrainingLog::end_epoch(const EpochRecord& r) {
+  records_.push_back(r);
+  static const bool terminal = isatty(fileno(stdout));
+  std::printf("%sepoch %2d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  sec %.2f\n",
+              terminal ? "\r\33[2K" : "", r.epoch, options_.epochs, r.train_loss, r.train_acc, r.test_acc,
+              r.seconds);
+  std::fflush(stdout);
+}
+
+double TrainingLog::seconds_per_epoch() const {
+  if (records_.empty()) return 0;
+  double total = 0;
+  for (const EpochRecord& r : records_) total += r.seconds;
+  return total / records_.size();
+}
+
+std::string TrainingLog::result_line() const {
+  const double sec = seconds_per_epoch();
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "result: chapter=%s backend=%s devices=%d epochs=%d batch=%d lr=%g test_acc=%.4f "
+                "sec_per_epoch=%.3f samples_per_sec=%.0f",
+                chapter_.c_str(), kBackendName, devices_, options_.epochs, options_.batch_size, options_.lr,
+                records_.empty() ? 0.0 : records_.back().test_acc, sec, sec > 0 ? train_examples_ / sec : 0.0);
+  return buf;
+}
+
+std::string TrainingLog::csv_path() const { return (fs::path(options_.out) / (run_ + ".csv")).string(); }
+
+void TrainingLog::finish() const {
+  std::error_code ec;
+  fs::create_directories(options_.out, ec);
+  if (ec) throw Error("--out " + options_.out + ": cannot create the directory: " + ec.message());
+  std::ofstream csv(csv_path());
+  if (!csv) throw Error(csv_path() + ": cannot be written");
+  csv << "epoch,train_loss,train_acc,test_acc,seconds\n";
+  for (const EpochRecord& r : records_)
+    csv << r.epoch << ',' << r.train_loss << ',' << r.train_acc << ',' << r.test_acc << ',' << r.seconds << '\n';
+  csv.close();
+  std::printf("wrote %s\n", csv_path().c_str());
+  const std::string png = (fs::path(options_.out) / (run_ + ".png")).string();
+  if (plot_runs(png, run_, {{run_, csv_path()}})) std::printf("wrote %s\n", png.c_str());
+  std::printf("%s\n", result_line().c_str());
+  std::fflush(stdout);
+}
+
+bool plot_runs(const std::string& png_path, const std::string& title,
+               const std::vector<std::pair<std::string, std::string>>& runs) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("gnuplot not found (apt-get install gnuplot-nox): no plot, the CSV has the numbers\n");
+    return false;
+  }
+  // The script is kept beside the picture, so a reader can restyle and re-run it.
+  const std::string script_path = fs::path(png_path).replace_extension(".gp").string();
+  std::ofstream gp(script_path);
+  if (!gp) throw Error(script_path + ": cannot be written");
+  gp << "# gnuplot " << script_path << "\n"
+     << "set terminal pngcairo size 1000,400 font 'sans,10'\n"
+     << "set output '" << png_path << "'\n"
+     << "set datafile separator ','\n"
+     << "set key autotitle columnhead bottom right\n"
+     << "set grid\n"
+     << "set multiplot layout 1,2 title '" << title << "'\n";
+  auto plot_column = [&](const char* ylabel, int column, const char* extra) {
+    gp << "set xlabel 'epoch'\nset ylabel '" << ylabel << "'\n" << extra << "plot ";
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      gp << (i ? ", " : "") << "'" << runs[i].second << "' using 1:" << column << " with linespoints title '"
+         << runs[i].first << "'";
+    gp << "\n";
+  };
+  plot_column("test accuracy", 4, "set yrange [0:1]\n");
+  plot_column("seconds per epoch", 5, "set yrange [0:*]\n");
+  gp << "unset multiplot\n";
+  gp.close();
+  const std::string command = "gnuplot '" + script_path + "'";
+  if (std::system(command.c_str()) != 0) {
+    std::printf("gnuplot failed on %s: no plot, the CSV has the numbers\n", script_path.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace mgpu

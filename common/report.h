@@ -1,0 +1,52 @@
+// What a training run shows and leaves behind:
+//   - a live progress line while an epoch runs (only on a terminal),
+//   - one line per epoch:  epoch  3/10  loss 0.5123  train_acc 0.8012  test_acc 0.7950  sec 3.91
+//   - results/<run>.csv, one row per epoch, and results/<run>.png (gnuplot, when installed),
+//   - the final machine-readable line:
+//     result: chapter=01_lenet backend=cpu devices=1 epochs=10 batch=256 lr=0.2 test_acc=0.8312 ...
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.h"
+
+namespace mgpu {
+
+struct EpochRecord {
+  int epoch = 0;            // 1-based
+  double train_loss = 0;    // mean over the epoch's examples
+  double train_acc = 0;
+  double test_acc = 0;
+  double seconds = 0;       // the training loop only, devices synchronized
+};
+
+class TrainingLog {
+ public:
+  // `run` names the files ("01_lenet", "02_data_parallel_k2"); `chapter` goes on the result line.
+  TrainingLog(std::string chapter, std::string run, const Options& options, int devices, int train_examples);
+
+  void progress(int epoch, int batch, int batches) const;  // rewrites one terminal line
+  void end_epoch(const EpochRecord& record);               // prints the epoch line
+
+  const std::vector<EpochRecord>& records() const { return records_; }
+  double seconds_per_epoch() const;  // mean over the epochs
+  std::string result_line() const;   // starts with "result: "
+
+  // Writes <out>/<run>.csv and <out>/<run>.png, prints where, then the result line.
+  void finish() const;
+  std::string csv_path() const;
+
+ private:
+  std::string chapter_, run_;
+  Options options_;
+  int devices_, train_examples_;
+  std::vector<EpochRecord> records_;
+};
+
+// Plots test accuracy and seconds per epoch of one or more runs (label, csv path) into
+// png_path with gnuplot. Returns false, after saying so, when gnuplot is not installed.
+bool plot_runs(const std::string& png_path, const std::string& title,
+               const std::vector<std::pair<std::string, std::string>>& runs);
+
+}  // namespace mgpu
