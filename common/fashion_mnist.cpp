@@ -53,8 +53,10 @@ class GzipReader {
   void expect_end() {
     unsigned char extra;
     const int got = gzread(file_.get(), &extra, 1);
-    if (got < 0) fail("corrupt gzip stream: " + zlib_error());
     if (got > 0) fail("holds more data than its header declares");
+    // gzread returns -1 for a bad CRC but 0 for a stream cut inside its 8-byte trailer;
+    // zlib's error state tells the second case from a clean end.
+    if (got < 0 || !zlib_error().empty()) fail("corrupt or truncated gzip stream: " + zlib_error());
   }
 
   [[noreturn]] void fail(const std::string& why) const { throw Error(path_ + ": " + why); }

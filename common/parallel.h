@@ -10,11 +10,14 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include <cstdint>
+#include <exception>
+#include <vector>
 
 #include "device.h"
 #if MGPU_CUDA
 #include <thrust/system/cuda/execution_policy.h>
 #else
+#include <omp.h>
 #include <thrust/system/omp/execution_policy.h>
 #endif
 
@@ -35,6 +38,38 @@ template <class F>
 void for_each_index(const Device& d, std::int64_t n, F f) {
   if (n <= 0) return;
   thrust::for_each_n(policy(d), thrust::counting_iterator<std::int64_t>(0), n, f);
+}
+
+// How many independent lanes of work one device runs at once: one per core on a CPU, where
+// each core works through its own chunks of a batch (see lenet::Lanes); one on a GPU, whose
+// parallelism is inside each kernel.
+inline int lanes_per_device() {
+#if MGPU_CUDA
+  return 1;
+#else
+  return omp_get_max_threads();
+#endif
+}
+
+// Calls f(lane) for lane = 0..lanes-1, on one OpenMP thread each in the cpu build. Inside a
+// lane, Thrust's OpenMP loops and OpenBLAS see that they are already in a parallel region and
+// run on that lane's thread alone. An exception thrown in a lane is re-thrown here, after
+// all lanes have finished (it must not escape an OpenMP region).
+template <class F>
+void for_each_lane(int lanes, F f) {
+  std::vector<std::exception_ptr> errors(lanes);
+#if !MGPU_CUDA
+#pragma omp parallel for schedule(static, 1) num_threads(lanes)
+#endif
+  for (int lane = 0; lane < lanes; ++lane) {
+    try {
+      f(lane);
+    } catch (...) {
+      errors[lane] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace mgpu

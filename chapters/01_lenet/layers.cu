@@ -27,10 +27,12 @@ struct Im2col {
   float* col;
   int C, B, H, W, k, Ho, Wo;
   MGPU_HD void operator()(i64 item) const {
-    const i64 r = item / B, b = item % B;
-    const int c = int(r / (k * k)), ky = int(r / k % k), kx = int(r % k);
-    const float* src = x + ((i64(c) * B + b) * H + ky) * W + kx;
-    float* dst = col + (r * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
+    // 32-bit divisions: several times cheaper than 64-bit ones on a CPU.
+    const int r = int(item / B), b = int(item % B);
+    const int c = r / (k * k), ky = r / k % k, kx = r % k;
+    // __restrict__: src and dst never overlap, so the compiler may vectorize the copy.
+    const float* __restrict__ src = x + ((i64(c) * B + b) * H + ky) * W + kx;
+    float* __restrict__ dst = col + (i64(r) * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
     for (int oy = 0; oy < Ho; ++oy)
       for (int ox = 0; ox < Wo; ++ox) dst[oy * Wo + ox] = src[oy * W + ox];
   }
@@ -127,7 +129,7 @@ struct SoftmaxCrossEntropy {
     float sum = 0;
     for (int c = 0; c < classes; ++c) sum += expf(z[c * B + b] - top);
     const int y = labels[b];
-    loss[b] = logf(sum) + top - z[y * B + b];
+    loss[b] = (top - z[y * B + b]) + logf(sum);  // this order is exact when the label is the argmax
     correct[b] = best == y ? 1.0f : 0.0f;
     if (dz)
       for (int c = 0; c < classes; ++c) dz[c * B + b] = expf(z[c * B + b] - top) / sum - (c == y ? 1.0f : 0.0f);

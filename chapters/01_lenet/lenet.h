@@ -105,18 +105,35 @@ void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m)
 // Copies examples order[0..n) of `data` into ws.x / ws.y ([1][n][28][28], [n]); `order` is on the device.
 void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Workspace& ws);
 
-// The gradient of the summed loss over n examples (order[0..n) of data) is ADDED into g,
-// in chunks of at most ws.capacity images; loss and accuracy go into m.
-void accumulate_gradients(const Device& d, Params& p, Params& g, Workspace& ws, const DeviceImages& data,
+// How one device works through a batch: in chunks of at most capacity() images, spread over
+// count() lanes. Each lane has its own Workspace, gradient arrays and metrics, and takes every
+// count()-th chunk. A GPU runs one lane over the whole batch (its parallelism is inside each
+// kernel). A CPU runs one lane per core: each core then does small single-threaded GEMMs on
+// data that stays in its own cache, and the lanes' gradients are summed at the end. That is
+// data parallelism across cores, the idea chapter 02 applies across devices.
+struct Lanes {
+  Lanes(const Device& d, int lanes, int capacity);
+  int count() const { return static_cast<int>(workspaces.size()); }
+  int capacity() const { return workspaces[0].capacity; }
+  std::vector<Workspace> workspaces;
+  std::vector<Params> grads;    // lanes 1..count()-1 (lane 0 adds straight into the caller's g)
+  std::vector<Metrics> metrics; // one per lane
+};
+// This backend's choice for batches of batch_size: lanes_per_device() lanes of chunk_images().
+Lanes make_lanes(const Device& d, int batch_size);
+
+// The gradient of the summed loss over n examples (order[0..n) of data) is ADDED into g;
+// loss and accuracy are added into m.
+void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const DeviceImages& data,
                           const std::int32_t* order, int n, Metrics& m);
 
 // p -= lr * g / batch_size for all eight tensors: d2l's sgd(params, lr, batch_size).
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size);
 
-// Fraction of `data` classified correctly, in chunks of ws.capacity.
-double evaluate_accuracy(const Device& d, Params& p, Workspace& ws, const DeviceImages& data);
+// Fraction of `data` classified correctly.
+double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data);
 
-// How many images one forward/backward pass takes at a time on this backend (see lenet.cu).
+// How many images one lane's forward/backward pass takes at a time on this backend (lenet.cu).
 int chunk_images(int batch_size);
 
 }  // namespace lenet

@@ -13,12 +13,12 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/1, /*max_devices=*/1};
   const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
   try {
-    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
-    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
-                data.test.count);
     const mgpu::DeviceSet devices(1);
     std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,
                 static_cast<long long>(lenet::parameter_count()), devices.mapping().c_str());
+    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+                data.test.count);
     mgpu::TrainingLog log(chapter.name, chapter.name, o, devices.size(), data.train.count);
     lenet::train(devices, data, o, log);
     log.finish();

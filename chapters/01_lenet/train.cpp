@@ -10,7 +10,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
   const mgpu::Device& d = devices[0];
   Params params = upload_params(d, init_params(o.seed));
   Params grads = zero_params(d);
-  Workspace ws(d, chunk_images(o.batch_size));
+  Lanes lanes = make_lanes(d, o.batch_size);
   const DeviceImages train_set(d, data.train), test_set(d, data.test);  // uploaded once
   mgpu::ShuffledBatches batches(train_set.count, o.batch_size, o.seed);
   mgpu::Buffer<std::int32_t> order(d, train_set.count);  // this epoch's permutation, on the device
@@ -25,7 +25,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     for (int b = 0; b < batches.count(); ++b) {
       const int n = batches.size(b);
       grads.zero();
-      accumulate_gradients(d, params, grads, ws, train_set, order.data() + std::int64_t(b) * o.batch_size, n,
+      accumulate_gradients(d, params, grads, lanes, train_set, order.data() + std::int64_t(b) * o.batch_size, n,
                            metrics);
       sgd(d, params, grads, o.lr, n);
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
@@ -36,7 +36,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     r.epoch = epoch + 1;
     r.train_loss = loss_sum / train_set.count;
     r.train_acc = hits / train_set.count;
-    r.test_acc = evaluate_accuracy(d, params, ws, test_set);
+    r.test_acc = evaluate_accuracy(d, params, lanes, test_set);
     r.seconds = seconds;
     log.end_epoch(r);
   }

@@ -1,0 +1,151 @@
+// The command line every chapter shares (common/cli.h). parse_options is a pure function, so
+// every good and bad command line can be tried here without starting a program.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+
+namespace {
+
+using Args = std::vector<std::string>;
+
+// Chapter 01 trains on exactly one device; a later chapter takes up to 1024, 2 by default.
+const mgpu::ChapterInfo kLenet{"01_lenet", "LeNet on one device", 1, 1};
+const mgpu::ChapterInfo kMulti{"02_x", "LeNet on several devices", 2, 1024};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// `args` must be refused with a reason that contains `says` (the flag, at least).
+void check_refused(const Args& args, const mgpu::ChapterInfo& chapter, const std::string& says) {
+  const mgpu::ParseResult r = mgpu::parse_options(args, chapter);
+  std::string line;
+  for (const std::string& a : args) line += a + " ";
+  INFO("command line: ", line, " -> error: '", r.error, "'");
+  CHECK_FALSE(r.error.empty());
+  CHECK(contains(r.error, says));
+  CHECK_FALSE(r.help);
+}
+
+TEST_CASE("no arguments: d2l's defaults") {
+  const mgpu::ParseResult r = mgpu::parse_options({}, kLenet);
+  CHECK(r.error == "");
+  CHECK_FALSE(r.help);
+  CHECK(r.options.epochs == 10);
+  CHECK(r.options.batch_size == 256);
+  CHECK(r.options.lr == 0.2f);
+  CHECK(r.options.devices == 1);
+  CHECK(r.options.data_dir == "");
+  CHECK(r.options.limit_train == 0);
+  CHECK(r.options.seed == 42u);
+  CHECK(r.options.out == "results");
+  // The device count's default is the chapter's.
+  CHECK(mgpu::parse_options({}, kMulti).options.devices == 2);
+}
+
+TEST_CASE("every flag with a good value, as '--flag value' and as '--flag=value'") {
+  const mgpu::ParseResult r = mgpu::parse_options({"--epochs", "3", "--batch-size", "64", "--lr", "0.05", "--devices",
+                                                   "4", "--data-dir", "/tmp/fm", "--limit-train", "1000", "--seed",
+                                                   "7", "--out", "/tmp/r"},
+                                                  kMulti);
+  REQUIRE(r.error == "");
+  CHECK(r.options.epochs == 3);
+  CHECK(r.options.batch_size == 64);
+  CHECK(r.options.lr == 0.05f);
+  CHECK(r.options.devices == 4);
+  CHECK(r.options.data_dir == "/tmp/fm");
+  CHECK(r.options.limit_train == 1000);
+  CHECK(r.options.seed == 7u);
+  CHECK(r.options.out == "/tmp/r");
+
+  const mgpu::ParseResult e = mgpu::parse_options({"--epochs=3", "--lr=1e-2", "--out=x", "--limit-train=0"}, kLenet);
+  REQUIRE(e.error == "");
+  CHECK(e.options.epochs == 3);
+  CHECK(e.options.lr == 0.01f);
+  CHECK(e.options.out == "x");
+  CHECK(e.options.limit_train == 0);
+
+  // Chapter 01 accepts the one device it has.
+  CHECK(mgpu::parse_options({"--devices", "1"}, kLenet).error == "");
+}
+
+TEST_CASE("--help and -h ask for the usage") {
+  CHECK(mgpu::parse_options({"--help"}, kLenet).help);
+  CHECK(mgpu::parse_options({"-h"}, kLenet).help);
+  CHECK(mgpu::parse_options({"--epochs", "3", "--help"}, kLenet).help);
+  CHECK_FALSE(mgpu::parse_options({"--epochs", "3"}, kLenet).help);
+}
+
+TEST_CASE("the usage names the program and every flag") {
+  const std::string u = mgpu::usage(kLenet);
+  CHECK(contains(u, "01_lenet"));
+  for (const char* flag : {"--epochs", "--batch-size", "--lr", "--devices", "--data-dir", "--limit-train", "--seed",
+                           "--out", "--help"}) {
+    INFO("flag ", std::string(flag));
+    CHECK(contains(u, flag));
+  }
+}
+
+TEST_CASE("zero and negative values are refused, naming the flag") {
+  check_refused({"--epochs", "0"}, kLenet, "--epochs");
+  check_refused({"--epochs", "-3"}, kLenet, "--epochs");
+  check_refused({"--batch-size", "0"}, kLenet, "--batch-size");
+  check_refused({"--batch-size", "-256"}, kLenet, "--batch-size");
+  check_refused({"--lr", "0"}, kLenet, "--lr");
+  check_refused({"--lr", "-0.1"}, kLenet, "--lr");
+  check_refused({"--devices", "0"}, kMulti, "--devices");
+  check_refused({"--devices", "-2"}, kMulti, "--devices");
+  check_refused({"--limit-train", "-1"}, kLenet, "--limit-train");
+  check_refused({"--seed", "-1"}, kLenet, "--seed");
+}
+
+TEST_CASE("values that are not numbers (or not whole ones) are refused, naming the flag") {
+  check_refused({"--epochs", "abc"}, kLenet, "--epochs");
+  check_refused({"--epochs", "12abc"}, kLenet, "--epochs");
+  check_refused({"--epochs", "1.5"}, kLenet, "--epochs");
+  check_refused({"--epochs", "1e3"}, kLenet, "--epochs");
+  check_refused({"--batch-size", "x"}, kLenet, "--batch-size");
+  check_refused({"--devices", "two"}, kMulti, "--devices");
+  check_refused({"--limit-train", "all"}, kLenet, "--limit-train");
+  check_refused({"--seed", "0x"}, kLenet, "--seed");
+  check_refused({"--lr", "abc"}, kLenet, "--lr");
+  check_refused({"--lr", "0.1x"}, kLenet, "--lr");
+  check_refused({"--lr", "nan"}, kLenet, "--lr");
+  check_refused({"--lr", "inf"}, kLenet, "--lr");
+  check_refused({"--epochs", "99999999999999999999"}, kLenet, "--epochs");  // beyond long long
+  check_refused({"--epochs", "2000000000"}, kLenet, "--epochs");            // beyond the limit
+}
+
+TEST_CASE("empty values are refused, naming the flag") {
+  check_refused({"--epochs", ""}, kLenet, "--epochs");
+  check_refused({"--epochs="}, kLenet, "--epochs");
+  check_refused({"--lr", ""}, kLenet, "--lr");
+  check_refused({"--data-dir", ""}, kLenet, "--data-dir");
+  check_refused({"--out="}, kLenet, "--out");
+}
+
+TEST_CASE("a flag without its value at the end of the line is refused") {
+  check_refused({"--epochs"}, kLenet, "--epochs needs a value");
+  check_refused({"--epochs", "3", "--lr"}, kLenet, "--lr needs a value");
+}
+
+TEST_CASE("an unknown flag or a stray word is refused, quoting it") {
+  check_refused({"--bogus"}, kLenet, "--bogus");
+  check_refused({"--bogus=1"}, kLenet, "--bogus");
+  check_refused({"--epochs", "3", "extra"}, kLenet, "extra");
+  check_refused({"-e", "3"}, kLenet, "-e");
+}
+
+TEST_CASE("device counts the chapter cannot run are refused") {
+  // Chapter 01 trains on one device only.
+  check_refused({"--devices", "2"}, kLenet, "--devices 2");
+  // Every device needs at least one example of each batch.
+  check_refused({"--devices", "4", "--batch-size", "2"}, kMulti, "--batch-size 2");
+  check_refused({"--devices", "4", "--batch-size", "2"}, kMulti, "--devices 4");
+  check_refused({"--batch-size", "1"}, kMulti, "--batch-size 1");  // against the default of 2 devices
+  check_refused({"--devices", "1025"}, kMulti, "--devices 1025");
+  CHECK(mgpu::parse_options({"--devices", "4", "--batch-size", "4"}, kMulti).error == "");
+}
+
+}  // namespace
