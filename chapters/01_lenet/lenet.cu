@@ -260,3 +260,5 @@ int chunk_images(int batch_size) {
   constexpr int kCpuChunk = 8;
   return mgpu::kCudaBackend ? batch_size : std::min(batch_size, kCpuChunk);
 }
+
+}  // namespace lenet
