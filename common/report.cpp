@@ -66,7 +66,10 @@ void TrainingLog::finish() const {
   csv.close();
   std::printf("wrote %s\n", csv_path().c_str());
   const std::string png = (fs::path(options_.out) / (run_ + ".png")).string();
-  if (plot_runs(png, run_, {{run_, csv_path()}})) std::printf("wrote %s\n", png.c_str());
+  char title[256];
+  std::snprintf(title, sizeof title, "%s: %s backend, %d device(s), batch %d, lr %g", run_.c_str(), kBackendName,
+                devices_, options_.batch_size, options_.lr);
+  if (plot_runs(png, title, {{run_, csv_path()}})) std::printf("wrote %s\n", png.c_str());
   std::printf("%s\n", result_line().c_str());
   std::fflush(stdout);
 }
@@ -82,7 +85,7 @@ bool plot_runs(const std::string& png_path, const std::string& title,
   std::ofstream gp(script_path);
   if (!gp) throw Error(script_path + ": cannot be written");
   gp << "# gnuplot " << script_path << "\n"
-     << "set terminal pngcairo size 1000,400 font 'sans,10'\n"
+     << "set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript\n"
      << "set output '" << png_path << "'\n"
      << "set datafile separator ','\n"
      << "set key autotitle columnhead bottom right\n"

@@ -33,8 +33,8 @@ struct Im2col {
     // __restrict__: src and dst never overlap, so the compiler may vectorize the copy.
     const float* __restrict__ src = x + ((i64(c) * B + b) * H + ky) * W + kx;
     float* __restrict__ dst = col + (i64(r) * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
-    for (int oy = 0; oy < Ho; ++oy)
-      for (int ox = 0; ox < Wo; ++ox) dst[oy * Wo + ox] = src[oy * W + ox];
+    for (int oy = 0; oy < Ho; ++oy, src += W, dst += Wo)
+      for (int ox = 0; ox < Wo; ++ox) dst[ox] = src[ox];
   }
 };
 
@@ -52,41 +52,46 @@ struct Col2im {
     for (int ky = 0; ky < k; ++ky)
       for (int kx = 0; kx < k; ++kx) {
         const i64 r = (c * k + ky) * k + kx;
-        const float* src = col + (r * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
-        for (int oy = 0; oy < Ho; ++oy)
-          for (int ox = 0; ox < Wo; ++ox) plane[(oy + ky) * W + ox + kx] += src[oy * Wo + ox];
+        const float* __restrict__ src = col + (r * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
+        float* __restrict__ dst = plane + ky * W + kx;
+        for (int oy = 0; oy < Ho; ++oy, src += Wo, dst += W)
+          for (int ox = 0; ox < Wo; ++ox) dst[ox] += src[ox];
       }
   }
 };
 
-// Item: one output row (c, b, oy) of the pooled image.
+// Item: one image plane (c, b): H x W in, Ho x Wo out.
 struct AvgPoolForward {
   const float* x;
   float* y;
   int H, W, Ho, Wo;
-  MGPU_HD void operator()(i64 q) const {
-    const i64 plane = q / Ho;  // (c, b)
-    const int oy = int(q % Ho);
-    const float* top = x + (plane * H + 2 * oy) * W;
-    const float* bottom = top + W;
-    for (int ox = 0; ox < Wo; ++ox)
-      y[q * Wo + ox] = 0.25f * (top[2 * ox] + top[2 * ox + 1] + bottom[2 * ox] + bottom[2 * ox + 1]);
+  MGPU_HD void operator()(i64 plane) const {
+    const float* __restrict__ in = x + plane * H * W;
+    float* __restrict__ out = y + plane * Ho * Wo;
+    for (int oy = 0; oy < Ho; ++oy, in += 2 * W, out += Wo)
+      for (int ox = 0; ox < Wo; ++ox)
+        out[ox] = 0.25f * (in[2 * ox] + in[2 * ox + 1] + in[W + 2 * ox] + in[W + 2 * ox + 1]);
   }
 };
 
-// Item: one input row (c, b, y). Each input pixel in a window gets a quarter of that window's
-// gradient; pixels in a dropped odd row/column get none.
+// Item: one image plane (c, b). Each input pixel in a window gets a quarter of that window's
+// gradient; the pixels of a dropped odd last row or column get none.
 struct AvgPoolBackward {
   const float* dy;
   float* dx;
   int H, W, Ho, Wo;
-  MGPU_HD void operator()(i64 q) const {
-    const i64 plane = q / H;
-    const int y = int(q % H), oy = y / 2;
-    for (int x = 0; x < W; ++x) {
-      const int ox = x / 2;
-      dx[q * W + x] = (oy < Ho && ox < Wo) ? 0.25f * dy[(plane * Ho + oy) * Wo + ox] : 0.0f;
+  MGPU_HD void operator()(i64 plane) const {
+    const float* __restrict__ g = dy + plane * Ho * Wo;
+    float* __restrict__ out = dx + plane * H * W;
+    for (int oy = 0; oy < Ho; ++oy, g += Wo, out += 2 * W) {
+      for (int ox = 0; ox < Wo; ++ox) {
+        const float quarter = 0.25f * g[ox];
+        out[2 * ox] = out[2 * ox + 1] = out[W + 2 * ox] = out[W + 2 * ox + 1] = quarter;
+      }
+      if (W > 2 * Wo) out[W - 1] = out[2 * W - 1] = 0.0f;  // odd width: last column
     }
+    if (H > 2 * Ho)  // odd height: last row
+      for (int x = 0; x < W; ++x) out[x] = 0.0f;
   }
 };
 
@@ -192,12 +197,12 @@ void relu_backward(const Device& d, const float* h, float* dh, i64 n) {
 
 void avgpool2_forward(const Device& d, const float* x, ImageShape s, float* y) {
   const int Ho = s.height / 2, Wo = s.width / 2;
-  for_each_index(d, i64(s.channels) * s.batch * Ho, AvgPoolForward{x, y, s.height, s.width, Ho, Wo});
+  for_each_index(d, i64(s.channels) * s.batch, AvgPoolForward{x, y, s.height, s.width, Ho, Wo});
 }
 
 void avgpool2_backward(const Device& d, const float* dy, ImageShape s, float* dx) {
   const int Ho = s.height / 2, Wo = s.width / 2;
-  for_each_index(d, i64(s.channels) * s.batch * s.height, AvgPoolBackward{dy, dx, s.height, s.width, Ho, Wo});
+  for_each_index(d, i64(s.channels) * s.batch, AvgPoolBackward{dy, dx, s.height, s.width, Ho, Wo});
 }
 
 void flatten(const Device& d, const float* x, ImageShape s, float* y) {
