@@ -266,7 +266,7 @@ TEST_CASE("the library's own loss falls along each tensor's gradient at the rate
   }
 }
 
-TEST_CASE("gather copies the chosen examples and their labels into the workspace") {
+TEST_CASE("gather copies the chosen examples and their labels into a batch") {
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   mgpu::Rng rng(3);
@@ -275,10 +275,10 @@ TEST_CASE("gather copies the chosen examples and their labels into the workspace
   const std::vector<std::int32_t> order = {5, 2, 7};
   mgpu::Buffer<std::int32_t> order_d(d, order.size());
   order_d.upload(order);
-  lenet::Workspace ws(d, 4);
-  lenet::gather(d, data, order_d.data(), 3, ws);
-  const std::vector<float> x = ws.x.download();     // [1][4][28][28], the first 3 filled
-  const std::vector<std::int32_t> y = ws.y.download();
+  lenet::Batch batch(d, 4);
+  lenet::gather(d, data, order_d.data(), 3, batch);
+  const std::vector<float> x = batch.x.download();  // [1][4][28][28], the first 3 filled
+  const std::vector<std::int32_t> y = batch.y.download();
   for (int b = 0; b < 3; ++b) {
     CAPTURE(b);
     const auto image = host.pixels.begin() + std::size_t(order[b]) * kPixels;
@@ -298,6 +298,8 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
   mgpu::Buffer<std::int32_t> order(d, 8);
   order.upload(std::vector<std::int32_t>{3, 1, 7, 0, 5, 2, 6, 4});
   lenet::Params p = lenet::upload_params(d, lenet::init_params(11, 0.1f));
+  lenet::Batch batch(d, 8);
+  lenet::gather(d, data, order.data(), 8, batch);
 
   struct Result {
     HostParams grad;
@@ -307,7 +309,7 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
     lenet::Lanes l(d, lanes, capacity);
     lenet::Params g = lenet::zero_params(d);
     lenet::Metrics m(d);
-    lenet::accumulate_gradients(d, p, g, l, data, order.data(), 8, m);
+    lenet::accumulate_gradients(d, p, g, l, batch.x.data(), batch.y.data(), 8, m);
     return Result{g.download(), m.read()};
   };
   const Result whole = run(1, 8);
@@ -328,9 +330,8 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
 
   // The accumulated metrics are the sums of the per-example losses and hits.
   lenet::Workspace ws(d, 8);
-  lenet::gather(d, data, order.data(), 8, ws);
-  lenet::forward(d, p, ws, ws.x.data(), 8);
-  lenet::loss(d, ws, ws.y.data(), 8, false);
+  lenet::forward(d, p, ws, batch.x.data(), 8);
+  lenet::loss(d, ws, batch.y.data(), 8, false);
   const std::vector<float> losses = ws.loss.download(), hits = ws.correct.download();
   CHECK(whole.metrics[0] == doctest::Approx(std::accumulate(losses.begin(), losses.end(), 0.0)).epsilon(1e-6));
   CHECK(whole.metrics[1] == std::accumulate(hits.begin(), hits.end(), 0.0));

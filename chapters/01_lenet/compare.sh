@@ -81,3 +81,34 @@ awk -v py="$py_sec" -v cpp="$cpp_sec" 'BEGIN {
     if (cpp + 0 > 0) printf "PyTorch / C++ time per epoch: %.2fx\n", py / cpp
     else print "PyTorch / C++ time per epoch: n/a (C++ time is zero)"
 }'
+
+# Both programs wrote a CSV with the same columns into the same folder (--out, default
+# results/): draw the two runs in one picture, test accuracy and seconds per epoch.
+out=results
+for ((i = 0; i < ${#extra[@]}; i++)); do
+    case ${extra[i]} in
+        --out) out=${extra[i + 1]-results} ;;
+        --out=*) out=${extra[i]#--out=} ;;
+    esac
+done
+if command -v gnuplot >/dev/null; then
+    gnuplot <<PLOT
+set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
+set output '$out/01_lenet_vs_torch.png'
+set datafile separator ','
+set key bottom right
+set grid
+set xlabel 'epoch'
+set multiplot layout 1,2 title '01_lenet (C++, $cpp_backend) and its PyTorch twin ($py_backend)'
+set ylabel 'test accuracy'
+set yrange [0:1]
+plot '$out/01_lenet.csv' using 1:4 with linespoints title 'C++', \
+     '$out/01_lenet_torch.csv' using 1:4 with linespoints title 'PyTorch'
+set ylabel 'seconds per epoch'
+set yrange [0:*]
+plot '$out/01_lenet.csv' using 1:5 with linespoints title 'C++', \
+     '$out/01_lenet_torch.csv' using 1:5 with linespoints title 'PyTorch'
+unset multiplot
+PLOT
+    echo "wrote $out/01_lenet_vs_torch.png"
+fi

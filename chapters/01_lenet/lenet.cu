@@ -100,7 +100,6 @@ Params zero_params(const Device& d) {
 
 Workspace::Workspace(const Device& d, int B)
     : capacity(B),
-      x(d, std::size_t(B) * kPixels), y(d, B),
       col1(d, std::size_t(9) * B * 26 * 26), h1(d, std::size_t(20) * B * 26 * 26), p1(d, std::size_t(20) * B * 13 * 13),
       col2(d, std::size_t(500) * B * 9 * 9), h2(d, std::size_t(50) * B * 9 * 9), p2(d, std::size_t(50) * B * 4 * 4),
       f(d, std::size_t(800) * B), h3(d, std::size_t(128) * B), z4(d, std::size_t(10) * B),
@@ -164,9 +163,9 @@ void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m)
   mgpu::for_each_index(d, 1, AddMetrics{ws.loss.data(), ws.correct.data(), m.sums.data(), n});
 }
 
-void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Workspace& ws) {
+void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out) {
   mgpu::for_each_index(d, std::int64_t(n) * kSide,
-                       GatherRows{data.pixels.data(), data.labels.data(), order, ws.x.data(), ws.y.data()});
+                       GatherRows{data.pixels.data(), data.labels.data(), order, out.x.data(), out.y.data()});
 }
 
 Lanes::Lanes(const Device& d, int lanes, int capacity) {
@@ -202,8 +201,8 @@ struct AddSums {  // a single item: dst[0..1] += src[0..1]
 
 }  // namespace
 
-void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const DeviceImages& data,
-                          const std::int32_t* order, int n, Metrics& m) {
+void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
+                          const std::int32_t* y, int n, Metrics& m) {
   const int capacity = lanes.capacity(), count = lanes.count();
   const int chunks = (n + capacity - 1) / capacity;
   for (int l = 1; l < count; ++l) lanes.grads[l - 1].zero();
@@ -214,9 +213,8 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
     // The loss is a sum over examples, so the gradient of a batch is the sum of its chunks' gradients.
     for (int c = lane; c < chunks; c += count) {
       const int start = c * capacity, size = std::min(capacity, n - start);
-      gather(d, data, order + start, size, ws);
-      forward(d, p, ws, ws.x.data(), size);
-      loss(d, ws, ws.y.data(), size, /*with_gradient=*/true);
+      forward(d, p, ws, x + std::int64_t(start) * kPixels, size);
+      loss(d, ws, y + start, size, /*with_gradient=*/true);
       accumulate_metrics(d, ws, size, lanes.metrics[lane]);
       backward(d, p, lane_g, ws, size);
     }

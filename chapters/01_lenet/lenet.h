@@ -60,8 +60,6 @@ Params zero_params(const Device& d);
 struct Workspace {
   Workspace(const Device& d, int capacity);
   int capacity;
-  mgpu::Buffer<float> x;         // [1][B][28][28]   the gathered input images
-  mgpu::Buffer<std::int32_t> y;  // [B]              their labels
   mgpu::Buffer<float> col1;      // [9][B*26*26]     conv1's unfolded input
   mgpu::Buffer<float> h1;        // [20][B][26][26]  conv1 + ReLU
   mgpu::Buffer<float> p1;        // [20][B][13][13]  pool
@@ -102,8 +100,15 @@ struct Metrics {
 // Adds ws.loss and ws.correct of n examples into m.
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m);
 
-// Copies examples order[0..n) of `data` into ws.x / ws.y ([1][n][28][28], [n]); `order` is on the device.
-void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Workspace& ws);
+// A batch (or one device's shard of a batch) on a device.
+struct Batch {
+  Batch(const Device& d, int capacity) : x(d, std::size_t(capacity) * 28 * 28), y(d, capacity) {}
+  mgpu::Buffer<float> x;         // [1][n][28][28]  images (C = 1, so also [n][28][28])
+  mgpu::Buffer<std::int32_t> y;  // [n]             labels
+};
+
+// Copies examples order[0..n) of `data` into out; `order` is on the device.
+void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out);
 
 // How one device works through a batch: in chunks of at most capacity() images, spread over
 // count() lanes. Each lane has its own Workspace, gradient arrays and metrics, and takes every
@@ -122,10 +127,10 @@ struct Lanes {
 // This backend's choice for batches of batch_size: lanes_per_device() lanes of chunk_images().
 Lanes make_lanes(const Device& d, int batch_size);
 
-// The gradient of the summed loss over n examples (order[0..n) of data) is ADDED into g;
-// loss and accuracy are added into m.
-void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const DeviceImages& data,
-                          const std::int32_t* order, int n, Metrics& m);
+// The gradient of the summed loss over the n examples x [n][28][28], y [n] (on d) is ADDED
+// into g; loss and accuracy are added into m.
+void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
+                          const std::int32_t* y, int n, Metrics& m);
 
 // p -= lr * g / batch_size for all eight tensors: d2l's sgd(params, lr, batch_size).
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size);

@@ -14,6 +14,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
   const DeviceImages train_set(d, data.train), test_set(d, data.test);  // uploaded once
   mgpu::ShuffledBatches batches(train_set.count, o.batch_size, o.seed);
   mgpu::Buffer<std::int32_t> order(d, train_set.count);  // this epoch's permutation, on the device
+  Batch batch(d, o.batch_size);
   Metrics metrics(d);
   mgpu::SyncTimer timer(devices);
 
@@ -24,9 +25,9 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     order.upload(batches.order());
     for (int b = 0; b < batches.count(); ++b) {
       const int n = batches.size(b);
+      gather(d, train_set, order.data() + std::int64_t(b) * o.batch_size, n, batch);
       grads.zero();
-      accumulate_gradients(d, params, grads, lanes, train_set, order.data() + std::int64_t(b) * o.batch_size, n,
-                           metrics);
+      accumulate_gradients(d, params, grads, lanes, batch.x.data(), batch.y.data(), n, metrics);
       sgd(d, params, grads, o.lr, n);
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
     }
