@@ -42,6 +42,8 @@ std::string usage(const ChapterInfo& c) {
   u += "  --limit-train N   use only the first N training images (default 0: all)\n";
   u += "  --seed N          seed for the initial weights and the shuffling (default 42)\n";
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
+  if (c.max_devices > 1)
+    u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
   u += "  --help            this text\n";
   return u;
 }
@@ -87,6 +89,13 @@ ParseResult parse_options(const std::vector<std::string>& args, const ChapterInf
        [&o](const std::string& flag, const std::string& v) -> std::string {
          if (v.empty()) return flag + " needs a directory";
          o.data_dir = v;
+         return "";
+       }},
+      {"--eval",
+       [&o, &chapter](const std::string& flag, const std::string& v) -> std::string {
+         if (chapter.max_devices == 1) return flag + " is for chapters with several devices";
+         if (v != "all" && v != "device0") return flag + " must be 'all' or 'device0', got '" + v + "'";
+         o.eval_all_devices = v == "all";
          return "";
        }},
       {"--out",

@@ -20,6 +20,7 @@ struct Options {
   int limit_train = 0;      // 0: all training images
   std::uint64_t seed = 42;
   std::string out = "results";
+  bool eval_all_devices = true;  // --eval all|device0 (chapters with several devices)
 };
 
 // What a chapter tells the parser about itself.

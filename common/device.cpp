@@ -2,6 +2,7 @@
 // synchronizes. Everything else goes through these functions.
 #include "device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -90,6 +91,62 @@ void zero_bytes(const Device& d, void* p, std::size_t bytes) {
   MGPU_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, d.stream));
 }
 
+
+void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  activate(to);
+  MGPU_CHECK_CUDA(cudaMemcpyPeerAsync(dst, to.gpu, src, from.gpu, bytes, to.stream));
+}
+
+Event::Event() { MGPU_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::~Event() { cudaEventDestroy(event_); }
+
+void Event::record(const Device& d) {
+  activate(d);
+  MGPU_CHECK_CUDA(cudaEventRecord(event_, d.stream));
+  gpu_ = d.gpu;
+}
+
+void Event::make_wait(const Device& d) {
+  if (gpu_ < 0) throw Error("Event::make_wait before Event::record");
+  activate(d);
+  MGPU_CHECK_CUDA(cudaStreamWaitEvent(d.stream, event_, 0));
+}
+
+std::string enable_peer_access(const DeviceSet& devices) {
+  std::vector<int> gpus;  // the physical GPUs in use, each once
+  for (int i = 0; i < devices.size(); ++i)
+    if (std::find(gpus.begin(), gpus.end(), devices[i].gpu) == gpus.end()) gpus.push_back(devices[i].gpu);
+  std::ostringstream out;
+  out << "peer access (row reads column directly; '-' = same GPU, 'no' = staged through the host):\n     ";
+  for (int g : gpus) out << " cuda:" << g;
+  out << "\n";
+  for (int a : gpus) {
+    out << "cuda:" << a;
+    for (int b : gpus) {
+      if (a == b) {
+        out << "      -";
+        continue;
+      }
+      int can = 0;
+      MGPU_CHECK_CUDA(cudaDeviceCanAccessPeer(&can, a, b));
+      if (can) {
+        MGPU_CHECK_CUDA(cudaSetDevice(a));
+        const cudaError_t status = cudaDeviceEnablePeerAccess(b, 0);
+        if (status == cudaErrorPeerAccessAlreadyEnabled)
+          (void)cudaGetLastError();  // enabled earlier in this process: fine
+        else
+          MGPU_CHECK_CUDA(status);
+      }
+      out << (can ? "    yes" : "     no");
+    }
+    out << "\n";
+  }
+  if (gpus.size() == 1)
+    out << "(all " << devices.size() << " devices share one GPU: every peer copy is a copy within it)\n";
+  return out.str();
+}
+
 #else  // cpu backend: a device is a replica in host memory
 
 int gpu_count() { return 0; }
@@ -125,6 +182,21 @@ void copy_bytes_to_host(const Device&, void* host_dst, const void* src, std::siz
 
 void zero_bytes(const Device&, void* p, std::size_t bytes) {
   if (bytes) std::memset(p, 0, bytes);
+}
+
+
+void copy_bytes_peer(const Device&, void* dst, const Device&, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+Event::Event() = default;
+Event::~Event() = default;
+void Event::record(const Device&) {}
+void Event::make_wait(const Device&) {}
+
+std::string enable_peer_access(const DeviceSet& devices) {
+  return "peer access: the " + std::to_string(devices.size()) +
+         " devices are replicas in host memory; a peer copy is a memcpy\n";
 }
 
 #endif

@@ -57,6 +57,38 @@ void device_free(const Device& d, void* p) noexcept;
 void copy_bytes_to_device(const Device& d, void* dst, const void* host_src, std::size_t bytes);
 void copy_bytes_to_host(const Device& d, void* host_dst, const void* src, std::size_t bytes);
 void zero_bytes(const Device& d, void* p, std::size_t bytes);
+// Queued on dst's stream: copies `bytes` from src (on device `from`) to dst (on device `to`).
+// cuda: cudaMemcpyPeerAsync, direct over NVLink/PCIe where peer access is enabled, staged
+// through the host by the driver where it is not. cpu: memcpy.
+void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes);
+
+// A count of elements. Copies between devices take one of these, never a byte count, so a
+// call cannot confuse the two: bytes are computed in exactly one place, copy_peer().
+struct Elements {
+  std::size_t count;
+};
+
+// A point in one device's stream of work that other devices can wait for, so that devices
+// are ordered with each other without the host waiting for any of them. (cpu: work is done
+// when the call returns, so there is nothing to wait for.)
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(const Device& d);        // marks "everything queued on d so far"
+  void make_wait(const Device& d);     // work queued on d from now on starts after that mark
+ private:
+#if MGPU_CUDA
+  cudaEvent_t event_ = nullptr;
+  int gpu_ = -1;
+#endif
+};
+
+// Asks every pair of physical GPUs whether one can read the other's memory directly, enables
+// peer access both ways wherever it is allowed, and returns the matrix as text to print.
+std::string enable_peer_access(const DeviceSet& devices);
 
 template <class T>
 class Buffer {
@@ -101,5 +133,21 @@ class Buffer {
   std::size_t count_ = 0;
   T* data_ = nullptr;
 };
+
+// Copies n elements from src on device `from` to dst on device `to`; queued on `to`.
+template <class T>
+void copy_peer(const Device& to, T* dst, const Device& from, const T* src, Elements n) {
+  copy_bytes_peer(to, dst, from, src, n.count * sizeof(T));
+}
+
+// Copies the first n elements of src into dst, which may be on another device; queued on
+// dst's device. Both buffers must hold n elements.
+template <class T>
+void copy_peer(Buffer<T>& dst, const Buffer<T>& src, Elements n) {
+  if (n.count > dst.size() || n.count > src.size())
+    throw Error("copy_peer: " + std::to_string(n.count) + " elements do not fit (source holds " +
+                std::to_string(src.size()) + ", destination " + std::to_string(dst.size()) + ")");
+  copy_peer(dst.device(), dst.data(), src.device(), src.data(), n);
+}
 
 }  // namespace mgpu

@@ -90,6 +90,7 @@ bool plot_runs(const std::string& png_path, const std::string& title,
      << "set datafile separator ','\n"
      << "set key autotitle columnhead bottom right\n"
      << "set grid\n"
+     << "set xrange [0:*]\n"
      << "set multiplot layout 1,2 title '" << title << "'\n";
   auto plot_column = [&](const char* ylabel, int column, const char* extra) {
     gp << "set xlabel 'epoch'\nset ylabel '" << ylabel << "'\n" << extra << "plot ";

@@ -6,6 +6,7 @@
 
 #include <thrust/fill.h>
 #include <cmath>
+#include <thrust/functional.h>
 #include <thrust/transform.h>
 
 #include "common/gemm.h"
@@ -242,5 +243,9 @@ void sgd_update(const Device& d, float* p, const float* g, i64 n, float scale) {
 }
 
 void fill(const Device& d, float* p, i64 n, float value) { thrust::fill_n(mgpu::policy(d), p, n, value); }
+
+void add_into(const Device& d, float* dst, const float* src, i64 n) {
+  thrust::transform(mgpu::policy(d), dst, dst + n, src, dst, thrust::plus<float>());
+}
 
 }  // namespace lenet

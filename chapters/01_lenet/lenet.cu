@@ -3,9 +3,6 @@
 
 #include <algorithm>
 
-#include <thrust/functional.h>
-#include <thrust/transform.h>
-
 #include "common/parallel.h"
 #include "common/random.h"
 
@@ -184,11 +181,6 @@ Lanes make_lanes(const Device& d, int batch_size) {
 }
 
 namespace {
-
-// Adds src into dst, element by element (n elements).
-void add_into(const Device& d, float* dst, const float* src, std::int64_t n) {
-  thrust::transform(mgpu::policy(d), dst, dst + n, src, dst, thrust::plus<float>());
-}
 
 struct AddSums {  // a single item: dst[0..1] += src[0..1]
   double* dst;

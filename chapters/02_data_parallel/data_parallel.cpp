@@ -1,0 +1,232 @@
+#include "data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/batches.h"
+#include "common/timer.h"
+
+namespace dp {
+
+constexpr int kPixels = 28 * 28;
+
+lenet::Params get_params(const lenet::HostParams& params, const Device& d) { return lenet::upload_params(d, params); }
+
+Replica::Replica(const Device& d, const lenet::HostParams& host, int shard_capacity)
+    : device(&d),
+      params(get_params(host, d)),
+      grads(lenet::zero_params(d)),
+      shard(d, shard_capacity),
+      lanes(lenet::make_lanes(d, shard_capacity)),
+      metrics(d) {}
+
+Allreduce::Allreduce(const DeviceSet& devices, std::size_t max_elements)
+    : devices_(devices), staging_(devices[0], max_elements) {
+  for (int i = 0; i < devices.size(); ++i) done_.push_back(std::make_unique<mgpu::Event>());
+}
+
+void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
+  const int k = devices_.size();
+  if (static_cast<int>(data.size()) != k) throw mgpu::Error("Allreduce: one buffer per device expected");
+  if (n.count > staging_.size())
+    throw mgpu::Error("Allreduce: " + std::to_string(n.count) + " elements exceed the staging buffer's " +
+                      std::to_string(staging_.size()));
+  if (k == 1) return;  // one device already holds the sum
+  const Device& d0 = devices_[0];
+
+  // 1. Device 0 may read device i's gradient only once device i has finished computing it.
+  for (int i = 1; i < k; ++i) {
+    done_[i]->record(devices_[i]);
+    done_[i]->make_wait(d0);
+  }
+  // 2. Reduce on device 0: pull each gradient into the staging buffer, add it to device 0's.
+  //    Both are queued on device 0's stream, so each add follows its copy, and the next copy
+  //    into the same staging buffer follows the add.
+  for (int i = 1; i < k; ++i) {
+    mgpu::copy_peer(d0, staging_.data(), devices_[i], data[i], n);
+    lenet::add_into(d0, data[0], staging_.data(), static_cast<std::int64_t>(n.count));
+  }
+  // 3. Broadcast: every device waits for the sum, then pulls it into its own buffer.
+  done_[0]->record(d0);
+  for (int i = 1; i < k; ++i) {
+    done_[0]->make_wait(devices_[i]);
+    mgpu::copy_peer(devices_[i], data[i], d0, data[0], n);
+  }
+  // 4. Device 0 must not overwrite its sum (the next step zeroes it) before all have read it.
+  for (int i = 1; i < k; ++i) {
+    done_[i]->record(devices_[i]);
+    done_[i]->make_wait(d0);
+  }
+}
+
+void Allreduce::run(std::vector<Replica>& replicas) {
+  for (int t = 0; t < lenet::kParamTensors; ++t) {
+    std::vector<float*> data;
+    for (Replica& r : replicas) data.push_back(r.grads.tensors[t].data());
+    run(data, mgpu::Elements{static_cast<std::size_t>(lenet::kParams[t].count)});
+  }
+}
+
+std::vector<int> shard_sizes(int n, int k) {
+  if (k < 1) throw mgpu::Error("shard_sizes: need at least one device, got " + std::to_string(k));
+  if (n < k)
+    throw mgpu::Error("a batch of " + std::to_string(n) + " examples cannot be split across " + std::to_string(k) +
+                      " devices: every device needs at least one example");
+  std::vector<int> sizes(k, n / k);
+  for (int i = 0; i < n % k; ++i) ++sizes[i];
+  return sizes;
+}
+
+std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas) {
+  const std::vector<int> sizes = shard_sizes(n, static_cast<int>(replicas.size()));
+  int start = 0;
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    replicas[i].shard.x.upload(X + std::size_t(start) * kPixels, std::size_t(sizes[i]) * kPixels);
+    replicas[i].shard.y.upload(y + start, sizes[i]);
+    start += sizes[i];
+  }
+  return sizes;
+}
+
+namespace {
+
+// For measuring only: wait for every device, then read the clock.
+double synchronized_now(const std::vector<Replica>& replicas) {
+  for (const Replica& r : replicas) mgpu::synchronize(*r.device);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Copies the examples indices[0..n) of a host dataset into one host batch: X [n][28][28], y [n].
+void gather_on_host(const mgpu::LabeledImages& set, const int* indices, int n, float* X, std::int32_t* y) {
+  for (int j = 0; j < n; ++j) {
+    std::memcpy(X + std::size_t(j) * kPixels, set.pixels.data() + std::size_t(indices[j]) * kPixels,
+                kPixels * sizeof(float));
+    y[j] = set.labels[indices[j]];
+  }
+}
+
+// Examples [start, start + count) of a host dataset, as a new dataset.
+mgpu::LabeledImages slice(const mgpu::LabeledImages& set, int start, int count) {
+  mgpu::LabeledImages s;
+  s.count = count;
+  s.rows = set.rows;
+  s.cols = set.cols;
+  s.pixels.assign(set.pixels.begin() + std::size_t(start) * kPixels,
+                  set.pixels.begin() + std::size_t(start + count) * kPixels);
+  s.labels.assign(set.labels.begin() + start, set.labels.begin() + start + count);
+  return s;
+}
+
+std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size) {
+  const int largest_shard = shard_sizes(batch_size, devices.size())[0];
+  std::vector<Replica> replicas;
+  replicas.reserve(devices.size());
+  for (int i = 0; i < devices.size(); ++i) replicas.emplace_back(devices[i], init, largest_shard);
+  return replicas;
+}
+
+std::size_t largest_tensor() {
+  std::int64_t n = 0;
+  for (const lenet::ParamInfo& p : lenet::kParams) n = std::max(n, p.count);
+  return static_cast<std::size_t>(n);
+}
+
+}  // namespace
+
+void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas, Allreduce& allreduce,
+                 float lr, StepTimes* times) {
+  double t = times ? synchronized_now(replicas) : 0;
+  auto lap = [&](double StepTimes::*phase) {
+    if (!times) return;
+    const double now = synchronized_now(replicas);
+    times->*phase += now - t;
+    t = now;
+  };
+
+  const std::vector<int> sizes = split_batch(X, y, n, replicas);
+  lap(&StepTimes::split);
+  // Each call only queues work on its device's stream and returns, so on GPUs the devices
+  // compute at the same time. (In the cpu build each replica uses all cores in turn.)
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    Replica& r = replicas[i];
+    r.grads.zero();
+    lenet::accumulate_gradients(*r.device, r.params, r.grads, r.lanes, r.shard.x.data(), r.shard.y.data(), sizes[i],
+                                r.metrics);
+  }
+  lap(&StepTimes::compute);
+  allreduce.run(replicas);
+  lap(&StepTimes::allreduce);
+  // Every device now holds the same summed gradient and takes the same step, dividing by the
+  // whole batch's size: exactly what one device would do with the whole batch.
+  for (Replica& r : replicas) lenet::sgd(*r.device, r.params, r.grads, lr, n);
+  lap(&StepTimes::update);
+  if (times) ++times->steps;
+}
+
+lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                        mgpu::TrainingLog& log) {
+  const int k = devices.size();
+  std::vector<Replica> replicas = make_replicas(devices, lenet::init_params(o.seed), o.batch_size);
+  Allreduce allreduce(devices, largest_tensor());
+
+  // The test set: a slice per device (d2l's exercise 4), or all of it on device 0 (d2l's way).
+  std::vector<lenet::DeviceImages> test_sets;
+  const std::vector<int> test_sizes =
+      o.eval_all_devices ? shard_sizes(data.test.count, k) : std::vector<int>{data.test.count};
+  for (std::size_t i = 0, start = 0; i < test_sizes.size(); start += test_sizes[i], ++i)
+    test_sets.emplace_back(devices[i], slice(data.test, static_cast<int>(start), test_sizes[i]));
+
+  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
+  std::vector<float> X(std::size_t(o.batch_size) * kPixels);  // one batch, on the host
+  std::vector<std::int32_t> y(o.batch_size);
+  mgpu::SyncTimer timer(devices);
+
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    for (Replica& r : replicas) r.metrics.reset();
+    timer.start();
+    batches.start_epoch(epoch);
+    for (int b = 0; b < batches.count(); ++b) {
+      const int n = batches.size(b);
+      gather_on_host(data.train, batches.indices(b), n, X.data(), y.data());
+      train_batch(X.data(), y.data(), n, replicas, allreduce, o.lr);
+      if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+    }
+    const double seconds = timer.stop_seconds();
+
+    double loss_sum = 0, hits = 0, test_hits = 0;
+    for (const Replica& r : replicas) {
+      const auto [l, h] = r.metrics.read();
+      loss_sum += l;
+      hits += h;
+    }
+    for (std::size_t i = 0; i < test_sets.size(); ++i)
+      test_hits += lenet::evaluate_accuracy(devices[i], replicas[i].params, replicas[i].lanes, test_sets[i]) *
+                   test_sets[i].count;
+    mgpu::EpochRecord r;
+    r.epoch = epoch + 1;
+    r.train_loss = loss_sum / data.train.count;
+    r.train_acc = hits / data.train.count;
+    r.test_acc = test_hits / data.test.count;
+    r.seconds = seconds;
+    log.end_epoch(r);
+  }
+  return replicas[0].params.download();
+}
+
+StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o, int steps) {
+  std::vector<Replica> replicas = make_replicas(devices, lenet::init_params(o.seed), o.batch_size);
+  Allreduce allreduce(devices, largest_tensor());
+  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
+  std::vector<float> X(std::size_t(o.batch_size) * kPixels);
+  std::vector<std::int32_t> y(o.batch_size);
+  StepTimes times;
+  for (int s = 0; s <= steps; ++s) {  // step 0 warms up (first-touch of memory, library setup)
+    const int b = s % batches.count(), n = batches.size(b);
+    gather_on_host(data.train, batches.indices(b), n, X.data(), y.data());
+    train_batch(X.data(), y.data(), n, replicas, allreduce, o.lr, s == 0 ? nullptr : &times);
+  }
+  return times;
+}
+
+}  // namespace dp

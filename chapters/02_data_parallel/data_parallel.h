@@ -1,0 +1,86 @@
+// d2l 13.5.4-13.5.6 in C++: data-parallel training of chapter 01's LeNet on k devices,
+// with every byte that moves between devices in plain sight.
+//
+//   get_params   the host parameters copied to a device, gradients zeroed
+//   Allreduce    d2l's allreduce: sum every device's gradients on device 0, copy the sum back
+//   split_batch  a batch cut into k shards (remainder-aware), each copied to its device
+//   train_batch  forward + backward on every device, allreduce, the same SGD step everywhere
+//   train        d2l's train(num_gpus, batch_size, lr)
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "../01_lenet/lenet.h"
+#include "common/cli.h"
+#include "common/device.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
+
+namespace dp {
+
+using mgpu::Device;
+using mgpu::DeviceSet;
+
+// d2l's get_params(params, device): a full copy of the host parameters on device d.
+lenet::Params get_params(const lenet::HostParams& params, const Device& d);
+
+// Everything one device holds while training: its copy of the model and its gradients, its
+// shard of the current batch, the scratch its forward and backward passes need, its running
+// loss/accuracy, and its slice of the test set.
+struct Replica {
+  Replica(const Device& d, const lenet::HostParams& params, int shard_capacity);
+  const Device* device;
+  lenet::Params params, grads;
+  lenet::Batch shard;  // [n_i][28][28] images and [n_i] labels: this device's part of the batch
+  lenet::Lanes lanes;
+  lenet::Metrics metrics;
+};
+
+// d2l's allreduce: device 0 pulls every other device's gradient (cudaMemcpyPeerAsync into a
+// staging buffer), adds it to its own, then every device pulls the sum back. Ordered with
+// events, never by waiting on the host: each device's stream waits for exactly the work it
+// depends on.
+class Allreduce {
+ public:
+  Allreduce(const DeviceSet& devices, std::size_t max_elements);
+  // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum.
+  void run(const std::vector<float*>& data, mgpu::Elements n);
+  // The eight gradient tensors of every replica, one tensor at a time (8 transfers per device).
+  void run(std::vector<Replica>& replicas);
+
+ private:
+  const DeviceSet& devices_;
+  mgpu::Buffer<float> staging_;                     // on device 0: one incoming gradient
+  std::vector<std::unique_ptr<mgpu::Event>> done_;  // per device: "its part is finished"
+};
+
+// Shard sizes for a batch of n examples on k devices: n / k each, and one more for the first
+// n % k devices (257 on 2 devices: 129 + 128). n < k is an error: a device would get nothing.
+std::vector<int> shard_sizes(int n, int k);
+
+// d2l's split_batch(X, y, devices): X [n][28][28] and y [n] on the host; shard i (the next
+// shard_sizes(n, k)[i] examples) is copied into replicas[i].shard. Returns the shard sizes.
+std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas);
+
+// Where one step's time goes, in seconds, summed over the steps measured.
+struct StepTimes {
+  double split = 0, compute = 0, allreduce = 0, update = 0;
+  int steps = 0;
+};
+
+// d2l's train_batch: split the batch, run forward and backward on every device (each on its
+// own stream, so on GPUs their work overlaps), allreduce the gradients, and let every device
+// take the same SGD step, dividing by the full batch size n. With `times`, the devices are
+// synchronized after each phase and the phases timed: use it only to measure.
+void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas, Allreduce& allreduce,
+                 float lr, StepTimes* times = nullptr);
+
+// d2l's train(num_gpus, batch_size, lr) on `devices`: returns the final parameters of device 0.
+lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                        mgpu::TrainingLog& log);
+
+// Times `steps` training steps phase by phase (from init_params(o.seed), on fresh replicas).
+StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                        int steps);
+
+}  // namespace dp

@@ -1,0 +1,58 @@
+// Chapter 02: data-parallel training from scratch. Trains LeNet on 1 device, then on k
+// (--devices, default 2), from the same initial weights and the same batches, and compares.
+//   build/bin/02_data_parallel [--devices 2] [--epochs 10] [--batch-size 256] [--lr 0.2] ...
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "common/cli.h"
+#include "common/device.h"
+#include "common/report.h"
+#include "data_parallel.h"
+
+int main(int argc, char** argv) {
+  const mgpu::ChapterInfo chapter{"02_data_parallel",
+                                  "d2l's data-parallel LeNet: get_params, allreduce, split_batch, train_batch",
+                                  /*default_devices=*/2, /*max_devices=*/1024};
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
+  try {
+    {
+      const mgpu::DeviceSet all(o.devices);
+      std::printf("backend %s, %d logical devices\n%s%s", mgpu::kBackendName, o.devices, all.mapping().c_str(),
+                  mgpu::enable_peer_access(all).c_str());
+    }
+    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+                data.test.count);
+
+    std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
+    for (int k : std::set<int>{1, o.devices}) {
+      std::printf("\n== training on %d device(s), batch %d (%s per device), evaluating on %s\n", k, o.batch_size,
+                  k == 1 ? "all of it" : "a shard", o.eval_all_devices ? "all devices" : "device 0");
+      const mgpu::DeviceSet devices(k);
+      if (k > 1) mgpu::enable_peer_access(devices);
+      const std::string run = chapter.name + "_k" + std::to_string(k);
+      mgpu::TrainingLog log(chapter.name, run, o, k, data.train.count);
+      dp::train(devices, data, o, log);
+
+      // Where a step's time goes, measured apart from the run above (the synchronization
+      // that measuring needs would slow the run down).
+      const dp::StepTimes t = dp::profile_steps(devices, data, o, 20);
+      const double ms = 1e3 / t.steps;
+      std::printf("per step (mean of %d, devices synchronized between phases): split %.2f ms, compute %.2f ms, "
+                  "allreduce %.3f ms, sgd %.3f ms\n",
+                  t.steps, t.split * ms, t.compute * ms, t.allreduce * ms, t.update * ms);
+      log.finish();
+      runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
+    }
+    const std::string png = (std::filesystem::path(o.out) / (chapter.name + ".png")).string();
+    if (mgpu::plot_runs(png, chapter.name + ": 1 device vs " + std::to_string(o.devices) + " (" +
+                                 mgpu::kBackendName + ")",
+                        runs))
+      std::printf("wrote %s\n", png.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "02_data_parallel: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
