@@ -1,0 +1,192 @@
+// Chapter 02: the allreduce, the batch split, and the promise that k devices compute exactly
+// what one device computes (up to the order of float additions).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../chapters/02_data_parallel/data_parallel.h"
+#include "common/random.h"
+#include "helpers.h"
+
+namespace {
+
+using testing::random_floats;
+
+constexpr int kPixels = 28 * 28;
+
+// Every element of every device's buffer must equal the sum over devices (computed in double).
+void check_allreduce(int k, std::size_t n) {
+  CAPTURE(k);
+  CAPTURE(n);
+  mgpu::DeviceSet devices(k);
+  mgpu::Rng rng(100 + k * 7 + n);
+  std::vector<std::vector<float>> host(k);
+  std::vector<double> sum(n, 0.0);
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> data;
+  for (int i = 0; i < k; ++i) {
+    host[i] = random_floats(n, rng);
+    for (std::size_t j = 0; j < n; ++j) sum[j] += host[i][j];
+    buffers.emplace_back(devices[i], n);
+    buffers.back().upload(host[i]);
+  }
+  for (auto& b : buffers) data.push_back(b.data());
+  dp::Allreduce allreduce(devices, n);
+  allreduce.run(data, mgpu::Elements{n});
+  devices.synchronize();
+  for (int i = 0; i < k; ++i) {
+    CAPTURE(i);
+    const std::vector<float> got = buffers[i].download();
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < n; ++j)
+      if (std::abs(got[j] - sum[j]) > 1e-5 * (1 + std::abs(sum[j]))) ++wrong;
+    CHECK(wrong == 0);
+  }
+}
+
+// n random images with random labels, on the host.
+mgpu::LabeledImages random_set(int n, mgpu::Rng& rng) {
+  mgpu::LabeledImages s;
+  s.count = n;
+  s.rows = s.cols = 28;
+  s.pixels = random_floats(std::size_t(n) * kPixels, rng, 0.0, 1.0);
+  for (int i = 0; i < n; ++i) s.labels.push_back(static_cast<std::int32_t>(rng.below(10)));
+  return s;
+}
+
+// `steps` steps of batch `batch` on k devices from init_params(seed, 0.1); the final parameters
+// of every device.
+std::vector<lenet::HostParams> train_steps(int k, const mgpu::LabeledImages& set, int batch, int steps, float lr) {
+  mgpu::DeviceSet devices(k);
+  const lenet::HostParams init = lenet::init_params(7, 0.1f);
+  std::vector<dp::Replica> replicas;
+  replicas.reserve(k);
+  const int shard = dp::shard_sizes(batch, k)[0];
+  for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], init, shard);
+  dp::Allreduce allreduce(devices, 800 * 128);
+  for (int s = 0; s < steps; ++s) {
+    const float* X = set.pixels.data() + std::size_t(s) * batch * kPixels;
+    const std::int32_t* y = set.labels.data() + std::size_t(s) * batch;
+    dp::train_batch(X, y, batch, replicas, allreduce, lr);
+  }
+  std::vector<lenet::HostParams> out;
+  for (auto& r : replicas) out.push_back(r.params.download());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every element on every device is the sum, for k = 1..4") {
+  for (int k = 1; k <= 4; ++k)
+    for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1001), std::size_t(25000)}) check_allreduce(k, n);
+}
+
+TEST_CASE("allreduce of LeNet's eight gradient tensors (the real sizes)") {
+  for (int k : {2, 3, 4}) {
+    CAPTURE(k);
+    mgpu::DeviceSet devices(k);
+    mgpu::Rng rng(k);
+    std::vector<lenet::HostParams> host(k);
+    std::vector<dp::Replica> replicas;
+    replicas.reserve(k);
+    for (int i = 0; i < k; ++i) {
+      replicas.emplace_back(devices[i], lenet::init_params(1), 4);
+      for (const lenet::ParamInfo& p : lenet::kParams) host[i].push_back(random_floats(p.count, rng));
+      for (int t = 0; t < lenet::kParamTensors; ++t) replicas[i].grads.tensors[t].upload(host[i][t]);
+    }
+    dp::Allreduce allreduce(devices, 800 * 128);
+    allreduce.run(replicas);
+    for (int i = 0; i < k; ++i)
+      for (int t = 0; t < lenet::kParamTensors; ++t) {
+        CAPTURE(i);
+        CAPTURE(lenet::kParams[t].name);
+        const std::vector<float> got = replicas[i].grads.tensors[t].download();
+        std::size_t wrong = 0;
+        for (std::size_t j = 0; j < got.size(); ++j) {
+          double sum = 0;
+          for (int d = 0; d < k; ++d) sum += host[d][t][j];
+          if (std::abs(got[j] - sum) > 1e-5 * (1 + std::abs(sum))) ++wrong;
+        }
+        CHECK(wrong == 0);
+      }
+  }
+}
+
+TEST_CASE("allreduce refuses more elements than its staging buffer holds") {
+  mgpu::DeviceSet devices(2);
+  mgpu::Buffer<float> a(devices[0], 8), b(devices[1], 8);
+  dp::Allreduce allreduce(devices, 4);
+  CHECK_THROWS_WITH_AS(allreduce.run({a.data(), b.data()}, mgpu::Elements{8}), doctest::Contains("staging"),
+                       mgpu::Error);
+}
+
+TEST_CASE("shard_sizes: n / k each, the remainder to the first devices") {
+  CHECK(dp::shard_sizes(256, 2) == std::vector<int>{128, 128});
+  CHECK(dp::shard_sizes(257, 2) == std::vector<int>{129, 128});
+  CHECK(dp::shard_sizes(10, 4) == std::vector<int>{3, 3, 2, 2});
+  CHECK(dp::shard_sizes(3, 3) == std::vector<int>{1, 1, 1});
+  CHECK(dp::shard_sizes(96, 1) == std::vector<int>{96});
+  CHECK_THROWS_WITH_AS(dp::shard_sizes(2, 3), doctest::Contains("cannot be split across 3 devices"), mgpu::Error);
+}
+
+TEST_CASE("split_batch: each device gets its consecutive shard, labels follow their images") {
+  for (auto [n, k] : {std::pair{7, 2}, std::pair{8, 4}, std::pair{3, 3}}) {
+    CAPTURE(n);
+    CAPTURE(k);
+    mgpu::DeviceSet devices(k);
+    mgpu::Rng rng(n * 10 + k);
+    const mgpu::LabeledImages set = random_set(n, rng);
+    std::vector<dp::Replica> replicas;
+    replicas.reserve(k);
+    for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), dp::shard_sizes(n, k)[0]);
+    const std::vector<int> sizes = dp::split_batch(set.pixels.data(), set.labels.data(), n, replicas);
+    CHECK(sizes == dp::shard_sizes(n, k));
+    int start = 0;
+    for (int i = 0; i < k; ++i) {
+      const std::vector<float> x = replicas[i].shard.x.download();
+      const std::vector<std::int32_t> y = replicas[i].shard.y.download();
+      for (int j = 0; j < sizes[i]; ++j) {
+        const auto image = set.pixels.begin() + std::size_t(start + j) * kPixels;
+        CHECK(std::equal(image, image + kPixels, x.begin() + std::size_t(j) * kPixels));
+        CHECK(y[j] == set.labels[start + j]);
+      }
+      start += sizes[i];
+    }
+  }
+  mgpu::DeviceSet devices(3);
+  std::vector<dp::Replica> replicas;
+  replicas.reserve(3);
+  for (int i = 0; i < 3; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), 1);
+  std::vector<float> X(2 * kPixels, 0.5f);
+  std::vector<std::int32_t> y(2, 1);
+  CHECK_THROWS_AS(dp::split_batch(X.data(), y.data(), 2, replicas), mgpu::Error);
+}
+
+// The heart of the chapter: with the same start and the same batches, k devices take the same
+// steps as one. Only the order of float additions differs (each device sums its shard, then
+// the allreduce adds the sums), so parameters agree to float rounding, not bit for bit.
+TEST_CASE("3 steps on k = 2 and k = 3 devices give the parameters of 3 steps on 1 device") {
+  mgpu::Rng rng(2024);
+  const int batch = 13, steps = 3;  // 13 does not divide by 2 or 3: the uneven split is exercised
+  const mgpu::LabeledImages set = random_set(batch * steps, rng);
+  const std::vector<lenet::HostParams> one = train_steps(1, set, batch, steps, 0.5f);
+  const lenet::HostParams init = lenet::init_params(7, 0.1f);
+  for (int k : {2, 3}) {
+    CAPTURE(k);
+    const std::vector<lenet::HostParams> many = train_steps(k, set, batch, steps, 0.5f);
+    for (int i = 0; i < k; ++i)
+      for (int t = 0; t < lenet::kParamTensors; ++t) {
+        CAPTURE(i);
+        CAPTURE(lenet::kParams[t].name);
+        double worst = 0, moved = 0;
+        for (std::size_t j = 0; j < one[0][t].size(); ++j) {
+          worst = std::max(worst, double(std::abs(many[i][t][j] - one[0][t][j])));
+          moved = std::max(moved, double(std::abs(one[0][t][j] - init[t][j])));
+        }
+        CHECK(moved > 1e-4);            // the steps changed this tensor: the comparison means something
+        CHECK(worst <= 1e-5 + 1e-3 * moved);
+      }
+  }
+}
