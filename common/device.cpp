@@ -91,7 +91,6 @@ void zero_bytes(const Device& d, void* p, std::size_t bytes) {
   MGPU_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, d.stream));
 }
 
-
 void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   activate(to);
@@ -183,7 +182,6 @@ void copy_bytes_to_host(const Device&, void* host_dst, const void* src, std::siz
 void zero_bytes(const Device&, void* p, std::size_t bytes) {
   if (bytes) std::memset(p, 0, bytes);
 }
-
 
 void copy_bytes_peer(const Device&, void* dst, const Device&, const void* src, std::size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);

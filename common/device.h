@@ -140,14 +140,4 @@ void copy_peer(const Device& to, T* dst, const Device& from, const T* src, Eleme
   copy_bytes_peer(to, dst, from, src, n.count * sizeof(T));
 }
 
-// Copies the first n elements of src into dst, which may be on another device; queued on
-// dst's device. Both buffers must hold n elements.
-template <class T>
-void copy_peer(Buffer<T>& dst, const Buffer<T>& src, Elements n) {
-  if (n.count > dst.size() || n.count > src.size())
-    throw Error("copy_peer: " + std::to_string(n.count) + " elements do not fit (source holds " +
-                std::to_string(src.size()) + ", destination " + std::to_string(dst.size()) + ")");
-  copy_peer(dst.device(), dst.data(), src.device(), src.data(), n);
-}
-
 }  // namespace mgpu

@@ -25,11 +25,13 @@ struct Shape {
   std::size_t at(int c, int b, int y, int x) const { return ((std::size_t(c) * B + b) * H + y) * W + x; }
 };
 
-// col [C*k*k][B*Ho*Wo]: row (c, ky, kx), column (b, oy, ox) holds x[c][b][oy+ky][ox+kx].
-inline Tensor im2col(const Tensor& x, Shape s, int k) {
+// Calls f(pixel, entry) for every pair that im2col connects: entry (row (c, ky, kx), column
+// (b, oy, ox)) of col [C*k*k][B*Ho*Wo] holds pixel x[c][b][oy+ky][ox+kx]. im2col copies along
+// these pairs; col2im, its adjoint, adds back along the very same pairs.
+template <class F>
+void for_each_window_pair(Shape s, int k, F f) {
   const int Ho = s.H - k + 1, Wo = s.W - k + 1;
   const std::size_t columns = std::size_t(s.B) * Ho * Wo;
-  Tensor col(std::size_t(s.C) * k * k * columns);
   for (int c = 0; c < s.C; ++c)
     for (int ky = 0; ky < k; ++ky)
       for (int kx = 0; kx < k; ++kx)
@@ -38,27 +40,21 @@ inline Tensor im2col(const Tensor& x, Shape s, int k) {
             for (int ox = 0; ox < Wo; ++ox) {
               const std::size_t row = (std::size_t(c) * k + ky) * k + kx;
               const std::size_t column = (std::size_t(b) * Ho + oy) * Wo + ox;
-              col[row * columns + column] = x[s.at(c, b, oy + ky, ox + kx)];
+              f(s.at(c, b, oy + ky, ox + kx), row * columns + column);
             }
+}
+
+// col [C*k*k][B*Ho*Wo]: row (c, ky, kx), column (b, oy, ox) holds x[c][b][oy+ky][ox+kx].
+inline Tensor im2col(const Tensor& x, Shape s, int k) {
+  Tensor col(std::size_t(s.C) * k * k * s.B * (s.H - k + 1) * (s.W - k + 1));
+  for_each_window_pair(s, k, [&](std::size_t pixel, std::size_t entry) { col[entry] = x[pixel]; });
   return col;
 }
 
-// The same walk as im2col, adding each col entry back onto the pixel it came from:
-// dx [C][B][H][W].
+// Each col entry added back onto the pixel it came from: dx [C][B][H][W].
 inline Tensor col2im(const Tensor& col, Shape s, int k) {
-  const int Ho = s.H - k + 1, Wo = s.W - k + 1;
-  const std::size_t columns = std::size_t(s.B) * Ho * Wo;
   Tensor dx(s.size(), 0.0);
-  for (int c = 0; c < s.C; ++c)
-    for (int ky = 0; ky < k; ++ky)
-      for (int kx = 0; kx < k; ++kx)
-        for (int b = 0; b < s.B; ++b)
-          for (int oy = 0; oy < Ho; ++oy)
-            for (int ox = 0; ox < Wo; ++ox) {
-              const std::size_t row = (std::size_t(c) * k + ky) * k + kx;
-              const std::size_t column = (std::size_t(b) * Ho + oy) * Wo + ox;
-              dx[s.at(c, b, oy + ky, ox + kx)] += col[row * columns + column];
-            }
+  for_each_window_pair(s, k, [&](std::size_t pixel, std::size_t entry) { dx[pixel] += col[entry]; });
   return dx;
 }
 

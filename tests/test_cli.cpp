@@ -40,6 +40,7 @@ TEST_CASE("no arguments: d2l's defaults") {
   CHECK(r.options.limit_train == 0);
   CHECK(r.options.seed == 42u);
   CHECK(r.options.out == "results");
+  CHECK(r.options.eval_all_devices);
   // The device count's default is the chapter's.
   CHECK(mgpu::parse_options({}, kMulti).options.devices == 2);
 }
@@ -65,6 +66,9 @@ TEST_CASE("every flag with a good value, as '--flag value' and as '--flag=value'
   CHECK(e.options.lr == 0.01f);
   CHECK(e.options.out == "x");
   CHECK(e.options.limit_train == 0);
+
+  CHECK_FALSE(mgpu::parse_options({"--eval", "device0"}, kMulti).options.eval_all_devices);
+  CHECK(mgpu::parse_options({"--eval=all"}, kMulti).options.eval_all_devices);
 
   // Chapter 01 accepts the one device it has.
   CHECK(mgpu::parse_options({"--devices", "1"}, kLenet).error == "");

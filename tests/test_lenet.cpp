@@ -132,18 +132,37 @@ struct GradientSetup {
   }
 };
 
+// GradientSetup's batch and parameters on device d, with a workspace for one pass over them.
+struct SetupOnDevice {
+  SetupOnDevice(const mgpu::Device& device, const GradientSetup& s)
+      : d(device), n(s.n), x(d, s.batch.pixels.size()), y(d, s.n), p(lenet::upload_params(d, s.host)), ws(d, s.n) {
+    x.upload(s.batch.pixels);
+    y.upload(s.batch.labels);
+  }
+  // forward, loss and backward into zeroed gradient arrays: the library's gradient.
+  HostParams gradient() {
+    lenet::Params g = lenet::zero_params(d);
+    lenet::forward(d, p, ws, x.data(), n);
+    lenet::loss(d, ws, y.data(), n, /*with_gradient=*/true);
+    lenet::backward(d, p, g, ws, n);
+    return g.download();
+  }
+  const mgpu::Device& d;
+  int n;
+  mgpu::Buffer<float> x;         // [1][4][28][28]
+  mgpu::Buffer<std::int32_t> y;  // [4]
+  lenet::Params p;
+  lenet::Workspace ws;
+};
+
 TEST_CASE("LeNet's forward pass gives the reference network's logits and losses") {
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   const GradientSetup s;
-  mgpu::Buffer<float> x(d, s.batch.pixels.size());  // [1][4][28][28]
-  mgpu::Buffer<std::int32_t> y(d, s.n);              // [4]
-  x.upload(s.batch.pixels);
-  y.upload(s.batch.labels);
-  lenet::Params p = lenet::upload_params(d, s.host);
-  lenet::Workspace ws(d, s.n);
-  lenet::forward(d, p, ws, x.data(), s.n);
-  lenet::loss(d, ws, y.data(), s.n, /*with_gradient=*/false);
+  SetupOnDevice on(d, s);
+  lenet::Workspace& ws = on.ws;
+  lenet::forward(d, on.p, ws, on.x.data(), s.n);
+  lenet::loss(d, ws, on.y.data(), s.n, /*with_gradient=*/false);
 
   std::vector<ref::Tensor> P;
   for (const auto& t : s.host) P.push_back(ref::to_double(t));
@@ -172,17 +191,8 @@ TEST_CASE("LeNet's backward matches finite differences of the summed loss, for e
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   GradientSetup s;
-  mgpu::Buffer<float> x(d, s.batch.pixels.size());  // [1][4][28][28]
-  mgpu::Buffer<std::int32_t> y(d, s.n);              // [4]
-  x.upload(s.batch.pixels);
-  y.upload(s.batch.labels);
-  lenet::Params p = lenet::upload_params(d, s.host);
-  lenet::Params g = lenet::zero_params(d);
-  lenet::Workspace ws(d, s.n);
-  lenet::forward(d, p, ws, x.data(), s.n);
-  lenet::loss(d, ws, y.data(), s.n, /*with_gradient=*/true);
-  lenet::backward(d, p, g, ws, s.n);
-  const HostParams grad = g.download();
+  SetupOnDevice on(d, s);
+  const HostParams grad = on.gradient();
 
   std::vector<ref::Tensor> P;
   for (const auto& t : s.host) P.push_back(ref::to_double(t));
@@ -232,27 +242,18 @@ TEST_CASE("the library's own loss falls along each tensor's gradient at the rate
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   GradientSetup s;
-  mgpu::Buffer<float> x(d, s.batch.pixels.size());  // [1][4][28][28]
-  mgpu::Buffer<std::int32_t> y(d, s.n);              // [4]
-  x.upload(s.batch.pixels);
-  y.upload(s.batch.labels);
-  lenet::Params p = lenet::upload_params(d, s.host);
-  lenet::Params g = lenet::zero_params(d);
-  lenet::Workspace ws(d, s.n);
-  lenet::forward(d, p, ws, x.data(), s.n);
-  lenet::loss(d, ws, y.data(), s.n, /*with_gradient=*/true);
-  lenet::backward(d, p, g, ws, s.n);
-  const HostParams grad = g.download();
+  SetupOnDevice on(d, s);
+  const HostParams grad = on.gradient();
 
   // The summed loss with tensor t moved by step * g_t (the other tensors as they are).
   auto loss_moved = [&](int t, double step) {
     std::vector<float> moved = s.host[t];
     for (std::size_t i = 0; i < moved.size(); ++i) moved[i] += float(step * grad[t][i]);
-    p.tensors[t].upload(moved);
-    lenet::forward(d, p, ws, x.data(), s.n);
-    lenet::loss(d, ws, y.data(), s.n, /*with_gradient=*/false);
-    p.tensors[t].upload(s.host[t]);
-    const std::vector<float> per_example = ws.loss.download();
+    on.p.tensors[t].upload(moved);
+    lenet::forward(d, on.p, on.ws, on.x.data(), s.n);
+    lenet::loss(d, on.ws, on.y.data(), s.n, /*with_gradient=*/false);
+    on.p.tensors[t].upload(s.host[t]);
+    const std::vector<float> per_example = on.ws.loss.download();
     return std::accumulate(per_example.begin(), per_example.begin() + s.n, 0.0);
   };
   for (int t = 0; t < kParamTensors; ++t) {

@@ -191,30 +191,35 @@ struct AddSums {  // a single item: dst[0..1] += src[0..1]
   }
 };
 
+// Calls f(lane, start, size) for every chunk [start, start + size) of n examples: chunk c goes
+// to lane c % lanes.count(), and the lanes run at once (see for_each_lane).
+template <class F>
+void for_each_chunk(Lanes& lanes, int n, F f) {
+  const int capacity = lanes.capacity(), count = lanes.count();
+  const int chunks = (n + capacity - 1) / capacity;
+  mgpu::for_each_lane(count, [&](int lane) {
+    for (int c = lane; c < chunks; c += count) f(lane, c * capacity, std::min(capacity, n - c * capacity));
+  });
+}
+
 }  // namespace
 
 void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
                           const std::int32_t* y, int n, Metrics& m) {
-  const int capacity = lanes.capacity(), count = lanes.count();
-  const int chunks = (n + capacity - 1) / capacity;
-  for (int l = 1; l < count; ++l) lanes.grads[l - 1].zero();
+  for (Params& lane_g : lanes.grads) lane_g.zero();
   for (Metrics& lm : lanes.metrics) lm.reset();
-  mgpu::for_each_lane(count, [&](int lane) {
+  // The loss is a sum over examples, so the gradient of a batch is the sum of its chunks' gradients.
+  for_each_chunk(lanes, n, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
-    Params& lane_g = lane == 0 ? g : lanes.grads[lane - 1];
-    // The loss is a sum over examples, so the gradient of a batch is the sum of its chunks' gradients.
-    for (int c = lane; c < chunks; c += count) {
-      const int start = c * capacity, size = std::min(capacity, n - start);
-      forward(d, p, ws, x + std::int64_t(start) * kPixels, size);
-      loss(d, ws, y + start, size, /*with_gradient=*/true);
-      accumulate_metrics(d, ws, size, lanes.metrics[lane]);
-      backward(d, p, lane_g, ws, size);
-    }
+    forward(d, p, ws, x + std::int64_t(start) * kPixels, size);
+    loss(d, ws, y + start, size, /*with_gradient=*/true);
+    accumulate_metrics(d, ws, size, lanes.metrics[lane]);
+    backward(d, p, lane == 0 ? g : lanes.grads[lane - 1], ws, size);
   });
   // Sum the lanes: a small allreduce between the cores of one device.
-  for (int l = 1; l < count; ++l)
+  for (const Params& lane_g : lanes.grads)
     for (int i = 0; i < kParamTensors; ++i)
-      add_into(d, g.tensors[i].data(), lanes.grads[l - 1].tensors[i].data(), kParams[i].count);
+      add_into(d, g.tensors[i].data(), lane_g.tensors[i].data(), kParams[i].count);
   for (const Metrics& lm : lanes.metrics)
     mgpu::for_each_index(d, 1, AddSums{m.sums.data(), lm.sums.data()});
 }
@@ -225,17 +230,12 @@ void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) 
 }
 
 double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data) {
-  const int capacity = lanes.capacity(), count = lanes.count();
-  const int chunks = (data.count + capacity - 1) / capacity;
   for (Metrics& lm : lanes.metrics) lm.reset();
-  mgpu::for_each_lane(count, [&](int lane) {
+  for_each_chunk(lanes, data.count, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
-    for (int c = lane; c < chunks; c += count) {
-      const int start = c * capacity, size = std::min(capacity, data.count - start);
-      forward(d, p, ws, data.pixels.data() + std::int64_t(start) * kPixels, size);
-      loss(d, ws, data.labels.data() + start, size, /*with_gradient=*/false);
-      accumulate_metrics(d, ws, size, lanes.metrics[lane]);
-    }
+    forward(d, p, ws, data.pixels.data() + std::int64_t(start) * kPixels, size);
+    loss(d, ws, data.labels.data() + start, size, /*with_gradient=*/false);
+    accumulate_metrics(d, ws, size, lanes.metrics[lane]);
   });
   double hits = 0;
   for (const Metrics& lm : lanes.metrics) hits += lm.read()[1];

@@ -97,14 +97,20 @@ double synchronized_now(const std::vector<Replica>& replicas) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Copies the examples indices[0..n) of a host dataset into one host batch: X [n][28][28], y [n].
-void gather_on_host(const mgpu::LabeledImages& set, const int* indices, int n, float* X, std::int32_t* y) {
-  for (int j = 0; j < n; ++j) {
-    std::memcpy(X + std::size_t(j) * kPixels, set.pixels.data() + std::size_t(indices[j]) * kPixels,
-                kPixels * sizeof(float));
-    y[j] = set.labels[indices[j]];
+// One batch assembled on the host, as d2l's DataLoader hands it over: X [n][28][28], y [n].
+struct HostBatch {
+  explicit HostBatch(int capacity) : X(std::size_t(capacity) * kPixels), y(capacity) {}
+  // Copies the examples indices[0..n) of `set` into X and y.
+  void gather(const mgpu::LabeledImages& set, const int* indices, int n) {
+    for (int j = 0; j < n; ++j) {
+      std::memcpy(X.data() + std::size_t(j) * kPixels, set.pixels.data() + std::size_t(indices[j]) * kPixels,
+                  kPixels * sizeof(float));
+      y[j] = set.labels[indices[j]];
+    }
   }
-}
+  std::vector<float> X;
+  std::vector<std::int32_t> y;
+};
 
 // Examples [start, start + count) of a host dataset, as a new dataset.
 mgpu::LabeledImages slice(const mgpu::LabeledImages& set, int start, int count) {
@@ -178,8 +184,7 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
     test_sets.emplace_back(devices[i], slice(data.test, static_cast<int>(start), test_sizes[i]));
 
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  std::vector<float> X(std::size_t(o.batch_size) * kPixels);  // one batch, on the host
-  std::vector<std::int32_t> y(o.batch_size);
+  HostBatch batch(o.batch_size);
   mgpu::SyncTimer timer(devices);
 
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
@@ -188,8 +193,8 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
     batches.start_epoch(epoch);
     for (int b = 0; b < batches.count(); ++b) {
       const int n = batches.size(b);
-      gather_on_host(data.train, batches.indices(b), n, X.data(), y.data());
-      train_batch(X.data(), y.data(), n, replicas, allreduce, o.lr);
+      batch.gather(data.train, batches.indices(b), n);
+      train_batch(batch.X.data(), batch.y.data(), n, replicas, allreduce, o.lr);
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
@@ -218,13 +223,12 @@ StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data
   std::vector<Replica> replicas = make_replicas(devices, lenet::init_params(o.seed), o.batch_size);
   Allreduce allreduce(devices, largest_tensor());
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  std::vector<float> X(std::size_t(o.batch_size) * kPixels);
-  std::vector<std::int32_t> y(o.batch_size);
+  HostBatch batch(o.batch_size);
   StepTimes times;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms up (first-touch of memory, library setup)
     const int b = s % batches.count(), n = batches.size(b);
-    gather_on_host(data.train, batches.indices(b), n, X.data(), y.data());
-    train_batch(X.data(), y.data(), n, replicas, allreduce, o.lr, s == 0 ? nullptr : &times);
+    batch.gather(data.train, batches.indices(b), n);
+    train_batch(batch.X.data(), batch.y.data(), n, replicas, allreduce, o.lr, s == 0 ? nullptr : &times);
   }
   return times;
 }
