@@ -33,7 +33,7 @@ void check_allreduce(int k, std::size_t n) {
     buffers.back().upload(host[i]);
   }
   for (auto& b : buffers) data.push_back(b.data());
-  dp::Allreduce allreduce(devices, n);
+  dp::Allreduce allreduce(devices, lenet::Layout::PerTensor, n);
   allreduce.run(data, mgpu::Elements{n});
   devices.synchronize();
   for (int i = 0; i < k; ++i) {
@@ -65,7 +65,7 @@ std::vector<lenet::HostParams> train_steps(int k, const mgpu::LabeledImages& set
   replicas.reserve(k);
   const int shard = dp::shard_sizes(batch, k)[0];
   for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], init, shard);
-  dp::Allreduce allreduce(devices, 800 * 128);
+  dp::Allreduce allreduce(devices);
   for (int s = 0; s < steps; ++s) {
     const float* X = set.pixels.data() + std::size_t(s) * batch * kPixels;
     const std::int32_t* y = set.labels.data() + std::size_t(s) * batch;
@@ -94,15 +94,15 @@ TEST_CASE("allreduce of LeNet's eight gradient tensors (the real sizes)") {
     for (int i = 0; i < k; ++i) {
       replicas.emplace_back(devices[i], lenet::init_params(1), 4);
       for (const lenet::ParamInfo& p : lenet::kParams) host[i].push_back(random_floats(p.count, rng));
-      for (int t = 0; t < lenet::kParamTensors; ++t) replicas[i].grads.tensors[t].upload(host[i][t]);
+      replicas[i].grads.upload(host[i]);
     }
-    dp::Allreduce allreduce(devices, 800 * 128);
+    dp::Allreduce allreduce(devices);
     allreduce.run(replicas);
     for (int i = 0; i < k; ++i)
       for (int t = 0; t < lenet::kParamTensors; ++t) {
         CAPTURE(i);
         CAPTURE(lenet::kParams[t].name);
-        const std::vector<float> got = replicas[i].grads.tensors[t].download();
+        const std::vector<float> got = replicas[i].grads.download()[t];
         std::size_t wrong = 0;
         for (std::size_t j = 0; j < got.size(); ++j) {
           double sum = 0;
@@ -117,7 +117,7 @@ TEST_CASE("allreduce of LeNet's eight gradient tensors (the real sizes)") {
 TEST_CASE("allreduce refuses more elements than its staging buffer holds") {
   mgpu::DeviceSet devices(2);
   mgpu::Buffer<float> a(devices[0], 8), b(devices[1], 8);
-  dp::Allreduce allreduce(devices, 4);
+  dp::Allreduce allreduce(devices, lenet::Layout::PerTensor, 4);
   CHECK_THROWS_WITH_AS(allreduce.run({a.data(), b.data()}, mgpu::Elements{8}), doctest::Contains("staging"),
                        mgpu::Error);
 }

@@ -86,9 +86,10 @@ TEST_CASE("parameters go up to a device and come back unchanged; wrong sizes are
   CHECK(p.download() == host);
 
   lenet::Params z = lenet::zero_params(d);
-  for (int t = 0; t < kParamTensors; ++t) CHECK(z.tensors[t].download() == std::vector<float>(kParams[t].count, 0.0f));
+  const HostParams zeros = lenet::init_params(1, 0.0f);  // every tensor all zero
+  CHECK(z.download() == zeros);
   p.zero();
-  for (int t = 0; t < kParamTensors; ++t) CHECK(p.tensors[t].download() == std::vector<float>(kParams[t].count, 0.0f));
+  CHECK(p.download() == zeros);
 
   HostParams short_W3 = host;
   short_W3[4].pop_back();
@@ -247,12 +248,12 @@ TEST_CASE("the library's own loss falls along each tensor's gradient at the rate
 
   // The summed loss with tensor t moved by step * g_t (the other tensors as they are).
   auto loss_moved = [&](int t, double step) {
-    std::vector<float> moved = s.host[t];
-    for (std::size_t i = 0; i < moved.size(); ++i) moved[i] += float(step * grad[t][i]);
-    on.p.tensors[t].upload(moved);
+    HostParams moved = s.host;
+    for (std::size_t i = 0; i < moved[t].size(); ++i) moved[t][i] += float(step * grad[t][i]);
+    on.p.upload(moved);
     lenet::forward(d, on.p, on.ws, on.x.data(), s.n);
     lenet::loss(d, on.ws, on.y.data(), s.n, /*with_gradient=*/false);
-    on.p.tensors[t].upload(s.host[t]);
+    on.p.upload(s.host);
     const std::vector<float> per_example = on.ws.loss.download();
     return std::accumulate(per_example.begin(), per_example.begin() + s.n, 0.0);
   };

@@ -63,35 +63,59 @@ HostParams init_params(std::uint64_t seed, float scale) {
   return host;
 }
 
+std::int64_t offset_of(int t) {
+  std::int64_t offset = 0;
+  for (int i = 0; i < t; ++i) offset += kParams[i].count;
+  return offset;
+}
+
+float* Params::flat() {
+  if (layout() != Layout::Flat) throw mgpu::Error("Params::flat: these parameters are stored tensor by tensor");
+  return storage[0].data();
+}
+
 void Params::zero() {
-  for (auto& t : tensors) t.zero();
+  for (auto& buffer : storage) buffer.zero();  // one memset for Flat, eight for PerTensor
 }
 
 HostParams Params::download() const {
   HostParams host;
-  for (const auto& t : tensors) host.push_back(t.download());
+  const Device& d = storage.at(0).device();
+  for (int i = 0; i < kParamTensors; ++i) {
+    host.emplace_back(kParams[i].count);
+    mgpu::copy_bytes_to_host(d, host[i].data(), tensors[i], host[i].size() * sizeof(float));
+  }
   return host;
 }
 
-Params upload_params(const Device& d, const HostParams& host) {
-  if (host.size() != kParamTensors) throw mgpu::Error("upload_params: expected 8 tensors");
+Params zero_params(const Device& d, Layout layout) {
   Params p;
+  if (layout == Layout::Flat) {
+    p.storage.emplace_back(d, parameter_count());
+    for (int i = 0; i < kParamTensors; ++i) p.tensors[i] = p.storage[0].data() + offset_of(i);
+  } else {
+    for (int i = 0; i < kParamTensors; ++i) {
+      p.storage.emplace_back(d, kParams[i].count);
+      p.tensors[i] = p.storage[i].data();
+    }
+  }
+  p.zero();
+  return p;
+}
+
+void Params::upload(const HostParams& host) {
+  if (host.size() != kParamTensors) throw mgpu::Error("upload_params: expected 8 tensors");
   for (int i = 0; i < kParamTensors; ++i) {
     if (std::int64_t(host[i].size()) != kParams[i].count)
       throw mgpu::Error(std::string("upload_params: ") + kParams[i].name + " has " +
                         std::to_string(host[i].size()) + " elements, expected " + std::to_string(kParams[i].count));
-    p.tensors[i] = mgpu::Buffer<float>(d, host[i].size());
-    p.tensors[i].upload(host[i]);
+    mgpu::copy_bytes_to_device(storage.at(0).device(), tensors[i], host[i].data(), host[i].size() * sizeof(float));
   }
-  return p;
 }
 
-Params zero_params(const Device& d) {
-  Params p;
-  for (int i = 0; i < kParamTensors; ++i) {
-    p.tensors[i] = mgpu::Buffer<float>(d, kParams[i].count);
-    p.tensors[i].zero();
-  }
+Params upload_params(const Device& d, const HostParams& host, Layout layout) {
+  Params p = zero_params(d, layout);
+  p.upload(host);
   return p;
 }
 
@@ -219,14 +243,14 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
   // Sum the lanes: a small allreduce between the cores of one device.
   for (const Params& lane_g : lanes.grads)
     for (int i = 0; i < kParamTensors; ++i)
-      add_into(d, g.tensors[i].data(), lane_g.tensors[i].data(), kParams[i].count);
+      add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
   for (const Metrics& lm : lanes.metrics)
     mgpu::for_each_index(d, 1, AddSums{m.sums.data(), lm.sums.data()});
 }
 
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) {
   for (int i = 0; i < kParamTensors; ++i)
-    sgd_update(d, p.tensors[i].data(), g.tensors[i].data(), kParams[i].count, lr / batch_size);
+    sgd_update(d, p.tensors[i], g.tensors[i], kParams[i].count, lr / batch_size);
 }
 
 double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data) {

@@ -38,22 +38,38 @@ std::int64_t parameter_count();  // 129,068
 using HostParams = std::vector<std::vector<float>>;
 HostParams init_params(std::uint64_t seed, float scale = 0.01f);
 
-// The eight arrays on one device. Gradients use the same type.
+// The eight arrays on one device, as eight views (W1 .. b4) into memory the Params owns.
+// Gradients use the same type. Where that memory lives is the Layout:
+//   PerTensor  eight allocations, one per tensor (chapters 01-02: the plain way)
+//   Flat       one allocation of 129,068 floats, the eight tensors back to back at
+//              offset_of(t), so that one collective moves every gradient at once (chapter 03)
+// The layers only ever see the views, so forward and backward do not care which.
+enum class Layout { PerTensor, Flat };
+
 struct Params {
-  std::array<mgpu::Buffer<float>, kParamTensors> tensors;  // W1, b1, W2, b2, W3, b3, W4, b4
-  float* W1() { return tensors[0].data(); }
-  float* b1() { return tensors[1].data(); }
-  float* W2() { return tensors[2].data(); }
-  float* b2() { return tensors[3].data(); }
-  float* W3() { return tensors[4].data(); }
-  float* b3() { return tensors[5].data(); }
-  float* W4() { return tensors[6].data(); }
-  float* b4() { return tensors[7].data(); }
+  std::array<float*, kParamTensors> tensors{};  // views, in kParams order
+  float* W1() { return tensors[0]; }
+  float* b1() { return tensors[1]; }
+  float* W2() { return tensors[2]; }
+  float* b2() { return tensors[3]; }
+  float* W3() { return tensors[4]; }
+  float* b3() { return tensors[5]; }
+  float* W4() { return tensors[6]; }
+  float* b4() { return tensors[7]; }
+  Layout layout() const { return storage.size() == 1 ? Layout::Flat : Layout::PerTensor; }
+  // Flat layout only: all 129,068 values, [W1 | b1 | W2 | b2 | W3 | b3 | W4 | b4].
+  float* flat();
   void zero();
+  void upload(const HostParams& host);  // checks every tensor's size
   HostParams download() const;
+  // What the views point into: eight buffers, or one (Flat). Moving a Params moves these
+  // buffers without moving their memory, so the views stay valid.
+  std::vector<mgpu::Buffer<float>> storage;
 };
-Params upload_params(const Device& d, const HostParams& host);
-Params zero_params(const Device& d);
+Params upload_params(const Device& d, const HostParams& host, Layout layout = Layout::PerTensor);
+Params zero_params(const Device& d, Layout layout = Layout::PerTensor);
+// Where tensor t starts in the Flat layout: the sum of the counts before it.
+std::int64_t offset_of(int t);
 
 // Every intermediate tensor of one forward + backward pass for up to `capacity` images.
 // Comments give shapes for B = capacity.

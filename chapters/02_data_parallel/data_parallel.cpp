@@ -13,16 +13,30 @@ constexpr int kPixels = 28 * 28;
 
 lenet::Params get_params(const lenet::HostParams& params, const Device& d) { return lenet::upload_params(d, params); }
 
-Replica::Replica(const Device& d, const lenet::HostParams& host, int shard_capacity)
+Replica::Replica(const Device& d, const lenet::HostParams& host, int shard_capacity, lenet::Layout layout)
     : device(&d),
-      params(get_params(host, d)),
-      grads(lenet::zero_params(d)),
+      params(lenet::upload_params(d, host, layout)),
+      grads(lenet::zero_params(d, layout)),
       shard(d, shard_capacity),
       lanes(lenet::make_lanes(d, shard_capacity)),
       metrics(d) {}
 
-Allreduce::Allreduce(const DeviceSet& devices, std::size_t max_elements)
-    : devices_(devices), staging_(devices[0], max_elements) {
+namespace {
+
+std::size_t largest_tensor() {
+  std::int64_t n = 0;
+  for (const lenet::ParamInfo& p : lenet::kParams) n = std::max(n, p.count);
+  return static_cast<std::size_t>(n);
+}
+
+}  // namespace
+
+Allreduce::Allreduce(const DeviceSet& devices, lenet::Layout layout, std::size_t max_elements)
+    : devices_(devices),
+      layout_(layout),
+      staging_(devices[0], max_elements       ? max_elements
+                           : layout == lenet::Layout::Flat ? std::size_t(lenet::parameter_count())
+                                                           : largest_tensor()) {
   for (int i = 0; i < devices.size(); ++i) done_.push_back(std::make_unique<mgpu::Event>());
 }
 
@@ -61,9 +75,15 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
 }
 
 void Allreduce::run(std::vector<Replica>& replicas) {
-  for (int t = 0; t < lenet::kParamTensors; ++t) {
-    std::vector<float*> data;
-    for (Replica& r : replicas) data.push_back(r.grads.tensors[t].data());
+  std::vector<float*> data;
+  if (layout_ == lenet::Layout::Flat) {  // one transfer of everything
+    for (Replica& r : replicas) data.push_back(r.grads.flat());
+    run(data, mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
+    return;
+  }
+  for (int t = 0; t < lenet::kParamTensors; ++t) {  // eight transfers, one per tensor
+    data.clear();
+    for (Replica& r : replicas) data.push_back(r.grads.tensors[t]);
     run(data, mgpu::Elements{static_cast<std::size_t>(lenet::kParams[t].count)});
   }
 }
@@ -124,24 +144,19 @@ mgpu::LabeledImages slice(const mgpu::LabeledImages& set, int start, int count) 
   return s;
 }
 
-std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size) {
+std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size,
+                                   lenet::Layout layout) {
   const int largest_shard = shard_sizes(batch_size, devices.size())[0];
   std::vector<Replica> replicas;
   replicas.reserve(devices.size());
-  for (int i = 0; i < devices.size(); ++i) replicas.emplace_back(devices[i], init, largest_shard);
+  for (int i = 0; i < devices.size(); ++i) replicas.emplace_back(devices[i], init, largest_shard, layout);
   return replicas;
-}
-
-std::size_t largest_tensor() {
-  std::int64_t n = 0;
-  for (const lenet::ParamInfo& p : lenet::kParams) n = std::max(n, p.count);
-  return static_cast<std::size_t>(n);
 }
 
 }  // namespace
 
-void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas, Allreduce& allreduce,
-                 float lr, StepTimes* times) {
+void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas,
+                 GradientAllreduce& allreduce, float lr, StepTimes* times) {
   double t = times ? synchronized_now(replicas) : 0;
   auto lap = [&](double StepTimes::*phase) {
     if (!times) return;
@@ -171,10 +186,10 @@ void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Repli
 }
 
 lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        mgpu::TrainingLog& log) {
+                        GradientAllreduce& allreduce, mgpu::TrainingLog& log) {
   const int k = devices.size();
-  std::vector<Replica> replicas = make_replicas(devices, lenet::init_params(o.seed), o.batch_size);
-  Allreduce allreduce(devices, largest_tensor());
+  std::vector<Replica> replicas =
+      make_replicas(devices, lenet::init_params(o.seed), o.batch_size, allreduce.layout());
 
   // The test set: a slice per device (d2l's exercise 4), or all of it on device 0 (d2l's way).
   std::vector<lenet::DeviceImages> test_sets;
@@ -219,9 +234,10 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
   return replicas[0].params.download();
 }
 
-StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o, int steps) {
-  std::vector<Replica> replicas = make_replicas(devices, lenet::init_params(o.seed), o.batch_size);
-  Allreduce allreduce(devices, largest_tensor());
+StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                        GradientAllreduce& allreduce, int steps) {
+  std::vector<Replica> replicas =
+      make_replicas(devices, lenet::init_params(o.seed), o.batch_size, allreduce.layout());
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   HostBatch batch(o.batch_size);
   StepTimes times;

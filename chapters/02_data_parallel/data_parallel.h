@@ -26,9 +26,11 @@ lenet::Params get_params(const lenet::HostParams& params, const Device& d);
 
 // Everything one device holds while training: its copy of the model and its gradients, its
 // shard of the current batch, the scratch its forward and backward passes need, its running
-// loss/accuracy, and its slice of the test set.
+// loss/accuracy, and its slice of the test set. `layout` says how the parameters and gradients
+// are stored: tensor by tensor (this chapter) or in one flat bucket (chapter 03).
 struct Replica {
-  Replica(const Device& d, const lenet::HostParams& params, int shard_capacity);
+  Replica(const Device& d, const lenet::HostParams& params, int shard_capacity,
+          lenet::Layout layout = lenet::Layout::PerTensor);
   const Device* device;
   lenet::Params params, grads;
   lenet::Batch shard;  // [n_i][28][28] images and [n_i] labels: this device's part of the batch
@@ -36,20 +38,36 @@ struct Replica {
   lenet::Metrics metrics;
 };
 
+// What train_batch needs from a collective: afterwards, every replica's gradients hold the sum
+// over all replicas. This chapter's Allreduce is one; chapter 03's ring and chapter 04's NCCL
+// are others, and the same train_batch runs with any of them.
+class GradientAllreduce {
+ public:
+  virtual ~GradientAllreduce() = default;
+  virtual void run(std::vector<Replica>& replicas) = 0;
+  // How the replicas must store their gradients for run() to work on them.
+  virtual lenet::Layout layout() const = 0;
+};
+
 // d2l's allreduce: device 0 pulls every other device's gradient (cudaMemcpyPeerAsync into a
 // staging buffer), adds it to its own, then every device pulls the sum back. Ordered with
 // events, never by waiting on the host: each device's stream waits for exactly the work it
 // depends on.
-class Allreduce {
+class Allreduce : public GradientAllreduce {
  public:
-  Allreduce(const DeviceSet& devices, std::size_t max_elements);
+  // For gradients stored PerTensor, run(replicas) makes one allreduce per tensor (d2l's way);
+  // for Flat ones, a single allreduce of all 129,068 values. The staging buffer holds the
+  // largest single allreduce: max_elements, or by default what `layout` needs.
+  explicit Allreduce(const DeviceSet& devices, lenet::Layout layout = lenet::Layout::PerTensor,
+                     std::size_t max_elements = 0);
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum.
   void run(const std::vector<float*>& data, mgpu::Elements n);
-  // The eight gradient tensors of every replica, one tensor at a time (8 transfers per device).
-  void run(std::vector<Replica>& replicas);
+  void run(std::vector<Replica>& replicas) override;
+  lenet::Layout layout() const override { return layout_; }
 
  private:
   const DeviceSet& devices_;
+  lenet::Layout layout_;
   mgpu::Buffer<float> staging_;                     // on device 0: one incoming gradient
   std::vector<std::unique_ptr<mgpu::Event>> done_;  // per device: "its part is finished"
 };
@@ -72,15 +90,16 @@ struct StepTimes {
 // own stream, so on GPUs their work overlaps), allreduce the gradients, and let every device
 // take the same SGD step, dividing by the full batch size n. With `times`, the devices are
 // synchronized after each phase and the phases timed: use it only to measure.
-void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas, Allreduce& allreduce,
-                 float lr, StepTimes* times = nullptr);
+void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas,
+                 GradientAllreduce& allreduce, float lr, StepTimes* times = nullptr);
 
-// d2l's train(num_gpus, batch_size, lr) on `devices`: returns the final parameters of device 0.
+// d2l's train(num_gpus, batch_size, lr) on `devices`, summing gradients with `allreduce` (made
+// for the same devices): returns the final parameters of device 0.
 lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        mgpu::TrainingLog& log);
+                        GradientAllreduce& allreduce, mgpu::TrainingLog& log);
 
 // Times `steps` training steps phase by phase (from init_params(o.seed), on fresh replicas).
 StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        int steps);
+                        GradientAllreduce& allreduce, int steps);
 
 }  // namespace dp

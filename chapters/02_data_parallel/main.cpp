@@ -33,11 +33,12 @@ int main(int argc, char** argv) {
       if (k > 1) mgpu::enable_peer_access(devices);
       const std::string run = chapter.name + "_k" + std::to_string(k);
       mgpu::TrainingLog log(chapter.name, run, o, k, data.train.count);
-      dp::train(devices, data, o, log);
+      dp::Allreduce allreduce(devices);  // d2l's: gather on device 0, broadcast back, tensor by tensor
+      dp::train(devices, data, o, allreduce, log);
 
       // Where a step's time goes, measured apart from the run above (the synchronization
       // that measuring needs would slow the run down).
-      const dp::StepTimes t = dp::profile_steps(devices, data, o, 20);
+      const dp::StepTimes t = dp::profile_steps(devices, data, o, allreduce, 20);
       const double ms = 1e3 / t.steps;
       std::printf("per step (mean of %d, devices synchronized between phases): split %.2f ms, compute %.2f ms, "
                   "allreduce %.3f ms, sgd %.3f ms\n",
