@@ -8,9 +8,7 @@
 #include <map>
 
 namespace mgpu {
-namespace {
 
-// Whole-string integer parsing: "12abc", "", "1e3" and out-of-range values are refused.
 std::optional<long long> to_integer(const std::string& s) {
   if (s.empty()) return std::nullopt;
   errno = 0;
@@ -28,8 +26,6 @@ std::optional<double> to_real(const std::string& s) {
   if (errno != 0 || *end != '\0' || !std::isfinite(v)) return std::nullopt;
   return v;
 }
-
-}  // namespace
 
 std::string usage(const ChapterInfo& c) {
   std::string u = "usage: " + c.name + " [options]\n  " + c.summary + "\n\noptions:\n";

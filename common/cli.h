@@ -42,6 +42,11 @@ ParseResult parse_options(const std::vector<std::string>& args, const ChapterInf
 
 std::string usage(const ChapterInfo& chapter);
 
+// Whole-string number parsing, for any program's own flags: "12abc", "", "1e3" (as an
+// integer), out-of-range and non-finite values give nullopt.
+std::optional<long long> to_integer(const std::string& s);
+std::optional<double> to_real(const std::string& s);
+
 // For main(): parse, or print the reason and the usage and exit(2); --help exits 0.
 Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter);
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include "backend.h"
 #include "check.h"
@@ -74,8 +75,7 @@ void TrainingLog::finish() const {
   std::fflush(stdout);
 }
 
-bool plot_runs(const std::string& png_path, const std::string& title,
-               const std::vector<std::pair<std::string, std::string>>& runs) {
+bool run_gnuplot(const std::string& png_path, const std::string& commands) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::printf("gnuplot not found (apt-get install gnuplot-nox): no plot, the CSV has the numbers\n");
     return false;
@@ -88,7 +88,20 @@ bool plot_runs(const std::string& png_path, const std::string& title,
      << "set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript\n"
      << "set output '" << png_path << "'\n"
      << "set datafile separator ','\n"
-     << "set key autotitle columnhead bottom right\n"
+     << commands;
+  gp.close();
+  const std::string command = "gnuplot '" + script_path + "'";
+  if (std::system(command.c_str()) != 0) {
+    std::printf("gnuplot failed on %s: no plot, the CSV has the numbers\n", script_path.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool plot_runs(const std::string& png_path, const std::string& title,
+               const std::vector<std::pair<std::string, std::string>>& runs) {
+  std::ostringstream gp;
+  gp << "set key autotitle columnhead bottom right\n"
      << "set grid\n"
      << "set xrange [0:*]\n"
      << "set multiplot layout 1,2 title '" << title << "'\n";
@@ -102,13 +115,7 @@ bool plot_runs(const std::string& png_path, const std::string& title,
   plot_column("test accuracy", 4, "set yrange [0:1]\n");
   plot_column("seconds per epoch", 5, "set yrange [0:*]\n");
   gp << "unset multiplot\n";
-  gp.close();
-  const std::string command = "gnuplot '" + script_path + "'";
-  if (std::system(command.c_str()) != 0) {
-    std::printf("gnuplot failed on %s: no plot, the CSV has the numbers\n", script_path.c_str());
-    return false;
-  }
-  return true;
+  return run_gnuplot(png_path, gp.str());
 }
 
 }  // namespace mgpu

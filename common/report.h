@@ -49,4 +49,8 @@ class TrainingLog {
 bool plot_runs(const std::string& png_path, const std::string& title,
                const std::vector<std::pair<std::string, std::string>>& runs);
 
+// Writes png_path's gnuplot script (<png>.gp: a 1000x400 PNG terminal, comma-separated data,
+// then `commands`) and runs it. Returns false, after saying so, when gnuplot is not installed.
+bool run_gnuplot(const std::string& png_path, const std::string& commands);
+
 }  // namespace mgpu

@@ -1,0 +1,181 @@
+#include "benchmark.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "common/backend.h"
+#include "common/check.h"
+#include "common/report.h"
+#include "common/timer.h"
+#include "ring.h"
+
+namespace bench {
+
+float input(int device, std::size_t j) {
+  // Integers below 1024: any sum of up to 16,384 of them is exact in float, in any order.
+  return static_cast<float>((j * 7 + std::size_t(device) * 13) % 1024);
+}
+
+namespace {
+
+using Buffers = std::vector<mgpu::Buffer<float>>;
+
+std::vector<float*> pointers(Buffers& buffers) {
+  std::vector<float*> p;
+  for (auto& b : buffers) p.push_back(b.data());
+  return p;
+}
+
+void fill_inputs(Buffers& buffers, std::size_t n) {
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    for (std::size_t j = 0; j < n; ++j) host[j] = input(static_cast<int>(i), j);
+    buffers[i].upload(host);
+  }
+}
+
+// Elements, over all devices, that are not exactly the sum of the inputs.
+std::size_t count_wrong(const Buffers& buffers, std::size_t n) {
+  std::vector<float> expected(n, 0.0f);
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    for (std::size_t j = 0; j < n; ++j) expected[j] += input(static_cast<int>(i), j);
+  std::size_t wrong = 0;
+  std::vector<float> got(n);
+  for (const auto& b : buffers) {
+    mgpu::copy_bytes_to_host(b.device(), got.data(), b.data(), n * sizeof(float));
+    for (std::size_t j = 0; j < n; ++j) wrong += got[j] != expected[j];
+  }
+  return wrong;
+}
+
+Measurement measure(const DeviceSet& devices, const Algorithm& algorithm, Buffers& buffers, std::size_t n,
+                    const Settings& settings) {
+  const std::vector<float*> data = pointers(buffers);
+  mgpu::SyncTimer timer(devices);
+  const Elements count{n};
+
+  // Warm up (first use of memory and streams), timing it to choose the iteration count.
+  fill_inputs(buffers, n);
+  timer.start();
+  for (int i = 0; i < settings.warmup; ++i) algorithm.run(data, count);
+  const double warmup_seconds = timer.stop_seconds();
+
+  // Check: from fresh inputs, one allreduce, every element of every device.
+  fill_inputs(buffers, n);
+  algorithm.run(data, count);
+  devices.synchronize();
+  Measurement m;
+  m.algorithm = algorithm.name;
+  m.devices = devices.size();
+  m.count = n;
+  m.bytes = n * sizeof(float);
+  m.wrong = count_wrong(buffers, n);
+
+  // Time. (The values keep growing by a factor k per run; that changes no timing.)
+  int iters = settings.iters;
+  if (iters == 0) {
+    const double per_run = warmup_seconds / std::max(1, settings.warmup);
+    iters = static_cast<int>(std::clamp(0.2 / std::max(per_run, 1e-9), 10.0, 10000.0));
+  }
+  timer.start();
+  for (int i = 0; i < iters; ++i) algorithm.run(data, count);
+  const double seconds = timer.stop_seconds() / iters;
+
+  const int k = devices.size();
+  m.time_us = seconds * 1e6;
+  m.algbw = m.bytes / seconds / 1e9;
+  m.busbw = m.algbw * 2.0 * (k - 1) / k;
+  return m;
+}
+
+}  // namespace
+
+std::vector<Algorithm> naive_and_ring(const DeviceSet& devices, std::size_t max_elements) {
+  auto naive = std::make_shared<dp::Allreduce>(devices, lenet::Layout::Flat, max_elements);
+  auto ring = std::make_shared<ring::RingAllreduce>(devices, max_elements);
+  return {{"naive", [naive](const std::vector<float*>& data, Elements n) { naive->run(data, n); }},
+          {"ring", [ring](const std::vector<float*>& data, Elements n) { ring->run(data, n); }}};
+}
+
+std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
+                                       const AlgorithmFactory& make_algorithms) {
+  const std::size_t max_n = std::max<std::size_t>(1, settings.max_bytes / sizeof(float));
+  Buffers buffers;
+  for (int i = 0; i < devices.size(); ++i) buffers.emplace_back(devices[i], max_n);
+  const std::vector<Algorithm> algorithms = make_algorithms(devices, max_n);
+
+  std::printf("\n# allreduce, float32, sum, in place, on %d devices (%s)\n#%27s", devices.size(),
+              mgpu::kBackendName, "");
+  for (const Algorithm& a : algorithms) std::printf("  %-41s", a.name.c_str());
+  std::printf("\n#%11s %14s", "size(B)", "count");
+  for (std::size_t i = 0; i < algorithms.size(); ++i)
+    std::printf("  %10s %9s %9s %9s", "time(us)", "algbw", "busbw", "#wrong");
+  std::printf("\n");
+
+  std::vector<Measurement> results;
+  for (std::size_t bytes = settings.min_bytes; bytes <= settings.max_bytes; bytes *= 2) {
+    const std::size_t n = bytes / sizeof(float);
+    std::printf(" %11zu %14zu", n * sizeof(float), n);
+    for (const Algorithm& a : algorithms) {
+      const Measurement m = measure(devices, a, buffers, n, settings);
+      std::printf("  %10.1f %9.3f %9.3f %9zu", m.time_us, m.algbw, m.busbw, m.wrong);
+      std::fflush(stdout);
+      results.push_back(m);
+    }
+    std::printf("\n");
+  }
+  return results;
+}
+
+namespace {
+
+// The plot's lines: one per (algorithm, device count), in the order they were first measured.
+std::vector<std::pair<std::string, int>> lines_of(const std::vector<Measurement>& results) {
+  std::vector<std::pair<std::string, int>> lines;
+  for (const Measurement& m : results)
+    if (std::find(lines.begin(), lines.end(), std::make_pair(m.algorithm, m.devices)) == lines.end())
+      lines.emplace_back(m.algorithm, m.devices);
+  return lines;
+}
+
+}  // namespace
+
+void write_csv(const std::string& path, const std::vector<Measurement>& results) {
+  std::ofstream csv(path);
+  if (!csv) throw mgpu::Error(path + ": cannot be written");
+  csv << "algorithm,devices,bytes,count,time_us,algbw_GBps,busbw_GBps,wrong\n";
+  // Line by line (each line's rows together, sizes ascending), so the plot's lines are unbroken.
+  for (const auto& [algorithm, devices] : lines_of(results))
+    for (const Measurement& m : results)
+      if (m.algorithm == algorithm && m.devices == devices)
+        csv << m.algorithm << ',' << m.devices << ',' << m.bytes << ',' << m.count << ',' << m.time_us << ','
+            << m.algbw << ',' << m.busbw << ',' << m.wrong << '\n';
+}
+
+bool plot(const std::string& png_path, const std::string& csv_path, const std::string& title,
+          const std::vector<Measurement>& results) {
+  const std::vector<std::pair<std::string, int>> lines = lines_of(results);
+
+  std::ostringstream gp;
+  gp << "set multiplot layout 1,2 title '" << title << "'\n"
+     << "set grid\nset key top left\nset logscale x 2\nset format x '%.0b%B'\nset xlabel 'message size (bytes)'\n";
+  auto plot_column = [&](const char* ylabel, int column) {
+    gp << "set ylabel '" << ylabel << "'\nplot ";
+    for (std::size_t i = 0; i < lines.size(); ++i)
+      // Only the rows of this line: other rows give gnuplot's "missing" value (1/0).
+      gp << (i ? ", " : "") << "'" << csv_path << "' skip 1 using 3:(strcol(1) eq '" << lines[i].first
+         << "' && $2 == " << lines[i].second << " ? $" << column << " : 1/0) with linespoints title '"
+         << lines[i].first << ", " << lines[i].second << " devices'";
+    gp << "\n";
+  };
+  plot_column("busbw (GB/s)", 7);
+  gp << "set logscale y 10\n";
+  plot_column("time per allreduce (us)", 5);
+  gp << "unset multiplot\n";
+  return mgpu::run_gnuplot(png_path, gp.str());
+}
+
+}  // namespace bench

@@ -1,0 +1,79 @@
+// An allreduce benchmark in the style of NVIDIA's nccl-tests: for each message size, each
+// algorithm is warmed up, checked element by element, then timed; the table gives
+//
+//   time    per allreduce, devices synchronized before and after the timed loop
+//   algbw   bytes / time: how fast the user's buffer was reduced
+//   busbw   algbw * 2(k-1)/k: the bandwidth each device's link had to sustain for an optimal
+//           (ring-like) algorithm. It does not depend on k, so it can be compared across k
+//           and against a link's specified bandwidth.
+//   #wrong  elements, over all k devices, that differ from the exact sum
+//
+// The check is outside the timed loop: each device i starts from input(i, j), small integers
+// whose sums are exact in float in any order, so a right answer is exactly right.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/device.h"
+
+namespace bench {
+
+using mgpu::DeviceSet;
+using mgpu::Elements;
+
+// One algorithm under test: data[i] (n floats) lives on device i; afterwards each holds the sum.
+struct Algorithm {
+  std::string name;  // the column set's heading and the CSV's `algorithm`
+  std::function<void(const std::vector<float*>& data, Elements n)> run;
+};
+
+// Builds the algorithms to compare on `devices`, for buffers of up to max_elements floats.
+using AlgorithmFactory = std::function<std::vector<Algorithm>(const DeviceSet& devices, std::size_t max_elements)>;
+
+// Chapter 02's allreduce (one transfer of the whole buffer) and chapter 03's ring.
+std::vector<Algorithm> naive_and_ring(const DeviceSet& devices, std::size_t max_elements);
+
+struct Settings {
+  std::vector<int> device_counts = {2, 4, 8};
+  std::size_t min_bytes = 4, max_bytes = std::size_t(256) << 20;  // doubling from min to max
+  int warmup = 5;         // untimed runs before the check
+  int iters = 0;          // timed runs; 0: as many as fill ~0.2 s (at least 10)
+  double alpha_us = 5;    // the cost model's alpha for the published interconnects
+  std::string out = "results";
+};
+
+struct ParsedSettings {
+  Settings settings;
+  bool help = false;
+  std::string error;  // non-empty: why the command line was refused
+};
+ParsedSettings parse_settings(const std::vector<std::string>& args);
+std::string usage(const std::string& program);
+
+// The whole benchmark program: parse the command line (exit 2 on a bad one), measure every
+// device count, check the cost model, write <out>/<program>.csv, _model.csv and .png.
+int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms);
+
+struct Measurement {
+  std::string algorithm;
+  int devices = 0;
+  std::size_t bytes = 0, count = 0;
+  double time_us = 0, algbw = 0, busbw = 0;  // GB/s = 1e9 bytes/s
+  std::size_t wrong = 0;
+};
+
+// input(i, j): device i's j-th element before the allreduce.
+float input(int device, std::size_t j);
+
+// Measures every algorithm at every size on `devices`, printing the table as it goes.
+std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
+                                       const AlgorithmFactory& make_algorithms);
+
+// The results as CSV (one row per algorithm, device count and size) and a plot of busbw and
+// time against size, one line per algorithm and device count.
+void write_csv(const std::string& path, const std::vector<Measurement>& results);
+bool plot(const std::string& png_path, const std::string& csv_path, const std::string& title,
+          const std::vector<Measurement>& results);
+
+}  // namespace bench

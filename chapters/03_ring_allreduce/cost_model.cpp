@@ -1,0 +1,71 @@
+#include "cost_model.h"
+
+#include <algorithm>
+
+#include "../01_lenet/layers.h"
+#include "common/timer.h"
+
+namespace cost {
+
+std::vector<Interconnect> published_interconnects(double alpha_s) {
+  return {
+      // 64 GB/s is both directions together; an add reads two floats and writes one.
+      {"PCIe Gen4 x16 (A100 80GB PCIe)", alpha_s, 32e9, 1935e9 / 3,
+       "NVIDIA A100 datasheet: PCIe Gen4 64 GB/s (both directions), HBM2e 1,935 GB/s"},
+      {"NVLink 4 + NVSwitch (H100 SXM5)", alpha_s, 450e9, 3350e9 / 3,
+       "NVIDIA H100 datasheet: NVLink 900 GB/s (both directions), HBM3 3.35 TB/s"},
+  };
+}
+
+double naive_seconds(const Interconnect& c, int k, double bytes) {
+  if (k == 1) return 0;
+  const double gather = (k - 1) * (c.alpha_s + bytes / c.link_bytes_s + c.alpha_s + bytes / c.add_bytes_s);
+  const double broadcast = c.alpha_s + (k - 1) * bytes / c.link_bytes_s;  // device 0's link, shared
+  return gather + broadcast;
+}
+
+double ring_seconds(const Interconnect& c, int k, double bytes) {
+  if (k == 1) return 0;
+  const double chunk = bytes / k;
+  return 2 * (k - 1) * (c.alpha_s + chunk / c.link_bytes_s) + (k - 1) * (c.alpha_s + chunk / c.add_bytes_s);
+}
+
+double naive_seconds(const SharedMemory& m, int k, double bytes) {
+  const double copy = m.copy_alpha_s + bytes * m.copy_s_per_byte, add = m.add_alpha_s + bytes * m.add_s_per_byte;
+  return (k - 1) * (2 * copy + add);
+}
+
+double ring_seconds(const SharedMemory& m, int k, double bytes) {
+  const double chunk = bytes / k;
+  const double copy = m.copy_alpha_s + chunk * m.copy_s_per_byte, add = m.add_alpha_s + chunk * m.add_s_per_byte;
+  return double(k) * (k - 1) * (2 * copy + add);
+}
+
+SharedMemory calibrate(const mgpu::DeviceSet& devices) {
+  if (devices.size() < 2) throw mgpu::Error("cost::calibrate needs two devices");
+  const mgpu::Device &a = devices[0], &b = devices[1];
+  constexpr std::size_t kLarge = std::size_t(16) << 20;  // 64 MB of floats: far beyond any cache
+  mgpu::Buffer<float> x(a, kLarge), y(b, kLarge);
+  x.zero();
+  y.zero();
+  mgpu::SyncTimer timer(devices);
+  // Mean seconds of `reps` runs of f, after one untimed run.
+  auto seconds = [&](int reps, auto f) {
+    f();
+    timer.start();
+    for (int i = 0; i < reps; ++i) f();
+    return timer.stop_seconds() / reps;
+  };
+  auto copy = [&](std::size_t n) { mgpu::copy_peer(b, y.data(), a, x.data(), mgpu::Elements{n}); };
+  auto add = [&](std::size_t n) { lenet::add_into(b, y.data(), x.data(), static_cast<std::int64_t>(n)); };
+
+  SharedMemory m;
+  m.copy_alpha_s = seconds(2000, [&] { copy(1); });
+  m.add_alpha_s = seconds(2000, [&] { add(1); });
+  const double bytes = kLarge * sizeof(float);
+  m.copy_s_per_byte = std::max(0.0, seconds(5, [&] { copy(kLarge); }) - m.copy_alpha_s) / bytes;
+  m.add_s_per_byte = std::max(0.0, seconds(5, [&] { add(kLarge); }) - m.add_alpha_s) / bytes;
+  return m;
+}
+
+}  // namespace cost

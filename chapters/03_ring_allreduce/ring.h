@@ -1,0 +1,57 @@
+// d2l 13.5, exercise 3, answered the way NCCL and Horovod answer it: a ring allreduce.
+//
+// k devices stand in a ring, device i sends to device i+1 (mod k). Each device's buffer of n
+// elements is cut into k chunks. Then:
+//
+//   reduce-scatter, k-1 steps: in step s, device i sends chunk (i - s) mod k to device i+1,
+//     which adds it into its own copy of that chunk. After k-1 steps, device i holds the
+//     complete sum of chunk (i + 1) mod k.
+//   all-gather, k-1 steps: in step s, device i sends chunk (i + 1 - s) mod k, complete, to
+//     device i+1, which stores it. After k-1 steps every device holds every complete chunk.
+//
+// Each device sends and receives 2(k-1) chunks of n/k elements: 2(k-1)/k * n in all, whatever
+// k is, and every link of the ring is busy at once. Chapter 02's allreduce sends 2(k-1) whole
+// buffers through device 0 alone.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "../02_data_parallel/data_parallel.h"
+#include "common/device.h"
+
+namespace ring {
+
+using mgpu::Device;
+using mgpu::DeviceSet;
+using mgpu::Elements;
+
+// Chunk c of n elements cut into k: n / k each, one more for the first n % k chunks (as
+// chapter 02's shard_sizes, but a chunk may be empty: n may be smaller than k).
+struct Chunk {
+  std::size_t begin = 0, count = 0;
+};
+Chunk chunk_of(Elements n, int k, int c);
+
+class RingAllreduce : public dp::GradientAllreduce {
+ public:
+  // max_elements: the largest buffer run() will be given (each device keeps a staging buffer
+  // for one incoming chunk of it). By default, LeNet's 129,068 gradients.
+  explicit RingAllreduce(const DeviceSet& devices, std::size_t max_elements = 0);
+  // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum. Only
+  // queues work on the devices' streams: no host synchronization inside the ring.
+  void run(const std::vector<float*>& data, Elements n);
+  // All of a replica's gradients in one call: they must be stored Flat, in one bucket.
+  void run(std::vector<dp::Replica>& replicas) override;
+  lenet::Layout layout() const override { return lenet::Layout::Flat; }
+
+ private:
+  // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer).
+  void receive_and_add(int to, float* dst, int from, const float* src, Elements n);
+  const DeviceSet& devices_;
+  std::size_t max_elements_;
+  std::vector<mgpu::Buffer<float>> staging_;              // per device: one incoming chunk
+  std::vector<std::unique_ptr<mgpu::Event>> step_done_;  // per device: "my last step is done"
+};
+
+}  // namespace ring

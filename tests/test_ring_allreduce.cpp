@@ -1,0 +1,295 @@
+// Chapter 03: the flat bucket, the ring allreduce (every element, every device, awkward
+// sizes), the benchmark's own check and command line, the cost model's arithmetic, and
+// training with the ring against training with chapter 02's allreduce.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../chapters/03_ring_allreduce/benchmark.h"
+#include "../chapters/03_ring_allreduce/cost_model.h"
+#include "../chapters/03_ring_allreduce/ring.h"
+#include "common/random.h"
+#include "helpers.h"
+
+namespace {
+
+using mgpu::Elements;
+using testing::random_floats;
+
+constexpr int kPixels = 28 * 28;
+
+TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n % k one longer") {
+  for (int k = 1; k <= 8; ++k)
+    for (std::size_t n : {0, 1, 2, 5, 7, 8, 9, 64, 1009, 129068}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      std::size_t next = 0;
+      for (int c = 0; c < k; ++c) {
+        const ring::Chunk chunk = ring::chunk_of(Elements{n}, k, c);
+        CHECK(chunk.begin == next);
+        CHECK(chunk.count == n / k + (std::size_t(c) < n % k ? 1 : 0));
+        next = chunk.begin + chunk.count;
+      }
+      CHECK(next == n);
+    }
+  CHECK(ring::chunk_of(Elements{2}, 4, 3).count == 0);  // fewer elements than devices: empty chunks
+}
+
+// Every element of every device's buffer must be the sum over devices of random inputs
+// (compared with a double-precision sum: the ring adds in another order than a loop does).
+void check_ring(int k, std::size_t n) {
+  CAPTURE(k);
+  CAPTURE(n);
+  mgpu::DeviceSet devices(k);
+  mgpu::Rng rng(1000 + 17 * k + n);
+  std::vector<double> sum(n, 0.0);
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> data;
+  for (int i = 0; i < k; ++i) {
+    const std::vector<float> host = random_floats(n, rng);
+    for (std::size_t j = 0; j < n; ++j) sum[j] += host[j];
+    buffers.emplace_back(devices[i], n);
+    buffers.back().upload(host);
+    data.push_back(buffers.back().data());
+  }
+  ring::RingAllreduce allreduce(devices, n);
+  allreduce.run(data, Elements{n});
+  devices.synchronize();
+  for (int i = 0; i < k; ++i) {
+    CAPTURE(i);
+    const std::vector<float> got = buffers[i].download();
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < n; ++j)
+      if (!(std::abs(got[j] - sum[j]) <= 1e-5 * (1 + std::abs(sum[j])))) ++wrong;
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("ring allreduce: every element on every device is the sum, k = 1..8, awkward sizes") {
+  for (int k = 1; k <= 8; ++k) {
+    const std::size_t uk = k;
+    // 0, 1, k-1, k, k+1 (fewer elements than devices, exactly one each, one left over), primes,
+    // and LeNet's 129,068 gradients.
+    for (std::size_t n : {std::size_t(0), std::size_t(1), uk - 1, uk, uk + 1, std::size_t(13), std::size_t(1009),
+                          std::size_t(129068)})
+      check_ring(k, n);
+  }
+}
+
+TEST_CASE("ring allreduce of the benchmark's inputs is exact, and repeated runs stay correct") {
+  // bench::input gives small integers: their sums are exact in float in any order, so the
+  // result must be equal, not merely close. Three runs in a row on the same buffers check that
+  // the ring leaves nothing behind that spoils the next run.
+  const int k = 5;
+  const std::size_t n = 4099;
+  mgpu::DeviceSet devices(k);
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> data;
+  for (int i = 0; i < k; ++i) buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
+  ring::RingAllreduce allreduce(devices, n);
+  for (int run = 0; run < 3; ++run) {
+    CAPTURE(run);
+    std::vector<float> expected(n, 0.0f);
+    for (int i = 0; i < k; ++i) {
+      std::vector<float> host(n);
+      for (std::size_t j = 0; j < n; ++j) host[j] = bench::input(i + run, j), expected[j] += host[j];
+      buffers[i].upload(host);
+    }
+    allreduce.run(data, Elements{n});
+    devices.synchronize();
+    for (int i = 0; i < k; ++i) testing::check_equal(buffers[i].download(), expected, "device " + std::to_string(i));
+  }
+}
+
+TEST_CASE("ring allreduce refuses too many elements, a wrong buffer count and per-tensor gradients") {
+  mgpu::DeviceSet devices(2);
+  mgpu::Buffer<float> a(devices[0], 16), b(devices[1], 16);
+  ring::RingAllreduce small(devices, 8);
+  CHECK_THROWS_WITH_AS(small.run({a.data(), b.data()}, Elements{16}), doctest::Contains("exceed"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(small.run({a.data()}, Elements{4}), doctest::Contains("one buffer per device"), mgpu::Error);
+
+  ring::RingAllreduce ring(devices);
+  std::vector<dp::Replica> per_tensor;
+  per_tensor.reserve(2);
+  for (int i = 0; i < 2; ++i) per_tensor.emplace_back(devices[i], lenet::init_params(1), 1, lenet::Layout::PerTensor);
+  CHECK_THROWS_WITH_AS(ring.run(per_tensor), doctest::Contains("tensor by tensor"), mgpu::Error);
+}
+
+TEST_CASE("the flat bucket: 129,068 floats, eight views at the right offsets, writes seen both ways") {
+  CHECK(lenet::parameter_count() == 129068);
+  CHECK(lenet::offset_of(0) == 0);
+  CHECK(lenet::offset_of(1) == 180);                                  // after W1 [20][1][3][3]
+  CHECK(lenet::offset_of(7) == lenet::parameter_count() - 10);       // b4 [10] is last
+  mgpu::DeviceSet devices(1);
+  const mgpu::Device& d = devices[0];
+  lenet::Params p = lenet::zero_params(d, lenet::Layout::Flat);
+  REQUIRE(p.layout() == lenet::Layout::Flat);
+  for (int t = 0; t < lenet::kParamTensors; ++t) CHECK(p.tensors[t] == p.flat() + lenet::offset_of(t));
+
+  // Through the views: upload distinct tensors, read the flat buffer.
+  const lenet::HostParams host = lenet::init_params(3, 0.5f);
+  p.upload(host);
+  std::vector<float> flat(lenet::parameter_count());
+  mgpu::copy_bytes_to_host(d, flat.data(), p.flat(), flat.size() * sizeof(float));
+  for (int t = 0; t < lenet::kParamTensors; ++t) {
+    CAPTURE(lenet::kParams[t].name);
+    const std::vector<float> part(flat.begin() + lenet::offset_of(t), flat.begin() + lenet::offset_of(t) + host[t].size());
+    testing::check_equal(part, host[t], "flat buffer at the view's offset");
+  }
+  // Through the flat buffer: write it whole, read each view.
+  for (std::size_t j = 0; j < flat.size(); ++j) flat[j] = float(j);
+  mgpu::copy_bytes_to_device(d, p.flat(), flat.data(), flat.size() * sizeof(float));
+  const lenet::HostParams back = p.download();
+  for (int t = 0; t < lenet::kParamTensors; ++t) {
+    CAPTURE(lenet::kParams[t].name);
+    CHECK(back[t].front() == float(lenet::offset_of(t)));
+    CHECK(back[t].back() == float(lenet::offset_of(t) + lenet::kParams[t].count - 1));
+  }
+  // One memset zeroes all eight.
+  p.zero();
+  CHECK(p.download() == lenet::init_params(3, 0.0f));
+  // Per-tensor parameters have no flat buffer to give.
+  lenet::Params separate = lenet::zero_params(d);
+  CHECK_THROWS_AS(separate.flat(), mgpu::Error);
+}
+
+// `steps` steps of `batch` random images on k devices, gradients summed by the allreduce that
+// make_allreduce builds; every device's final parameters.
+std::vector<lenet::HostParams> train_steps(
+    int k, const std::function<std::unique_ptr<dp::GradientAllreduce>(const mgpu::DeviceSet&)>& make_allreduce) {
+  const int batch = 13, steps = 4;
+  mgpu::Rng rng(77);
+  const std::vector<float> X = random_floats(std::size_t(batch) * steps * kPixels, rng, 0.0, 1.0);
+  std::vector<std::int32_t> y(std::size_t(batch) * steps);
+  for (auto& label : y) label = static_cast<std::int32_t>(rng.below(10));
+
+  mgpu::DeviceSet devices(k);
+  const std::unique_ptr<dp::GradientAllreduce> allreduce = make_allreduce(devices);
+  std::vector<dp::Replica> replicas;
+  replicas.reserve(k);
+  for (int i = 0; i < k; ++i)
+    replicas.emplace_back(devices[i], lenet::init_params(7, 0.1f), dp::shard_sizes(batch, k)[0], allreduce->layout());
+  for (int s = 0; s < steps; ++s)
+    dp::train_batch(X.data() + std::size_t(s) * batch * kPixels, y.data() + std::size_t(s) * batch, batch, replicas,
+                    *allreduce, 0.5f);
+  std::vector<lenet::HostParams> out;
+  for (auto& r : replicas) out.push_back(r.params.download());
+  return out;
+}
+
+TEST_CASE("training with the ring takes the steps that training with chapter 02's allreduce takes") {
+  const lenet::HostParams init = lenet::init_params(7, 0.1f);
+  for (int k : {2, 3}) {
+    CAPTURE(k);
+    const auto naive = train_steps(k, [](const mgpu::DeviceSet& d) { return std::make_unique<dp::Allreduce>(d); });
+    const auto ring =
+        train_steps(k, [](const mgpu::DeviceSet& d) { return std::make_unique<ring::RingAllreduce>(d); });
+    for (int i = 0; i < k; ++i)
+      for (int t = 0; t < lenet::kParamTensors; ++t) {
+        CAPTURE(i);
+        CAPTURE(lenet::kParams[t].name);
+        double worst = 0, moved = 0;
+        for (std::size_t j = 0; j < init[t].size(); ++j) {
+          worst = std::max(worst, double(std::abs(ring[i][t][j] - naive[0][t][j])));
+          moved = std::max(moved, double(std::abs(naive[0][t][j] - init[t][j])));
+        }
+        CHECK(moved > 1e-4);  // the steps changed this tensor: the comparison means something
+        // Same sums in another order: equal to float rounding (and every ring replica agrees).
+        CHECK(worst <= 1e-5 + 1e-3 * moved);
+      }
+  }
+}
+
+TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is caught") {
+  mgpu::DeviceSet devices(3);
+  bench::Settings s;
+  s.min_bytes = 4;
+  s.max_bytes = 1 << 12;
+  s.warmup = 1;
+  s.iters = 1;
+  auto results = bench::run_benchmark(devices, s, bench::naive_and_ring);
+  REQUIRE(results.size() == 2 * 11);  // 4 B .. 4 KiB, two algorithms
+  for (const bench::Measurement& m : results) {
+    CAPTURE(m.algorithm);
+    CAPTURE(m.bytes);
+    CHECK(m.wrong == 0);
+    CHECK(m.count * sizeof(float) == m.bytes);
+    CHECK(m.busbw == doctest::Approx(m.algbw * 2.0 * 2 / 3));
+  }
+  // An "allreduce" that forgets the last device's contribution on device 0 only.
+  auto broken = [](const mgpu::DeviceSet& d, std::size_t max) {
+    auto real = std::make_shared<ring::RingAllreduce>(d, max);
+    return std::vector<bench::Algorithm>{{"broken", [real, &d](const std::vector<float*>& data, Elements n) {
+                                            std::vector<float> zero(n.count, 0.0f);
+                                            mgpu::copy_bytes_to_device(d[2], data[2], zero.data(), n.count * sizeof(float));
+                                            real->run(data, n);
+                                          }}};
+  };
+  results = bench::run_benchmark(devices, s, broken);
+  for (const bench::Measurement& m : results) {
+    CAPTURE(m.bytes);
+    const std::size_t nonzero_inputs = [&] {  // elements where device 2's input is not 0
+      std::size_t c = 0;
+      for (std::size_t j = 0; j < m.count; ++j) c += bench::input(2, j) != 0;
+      return c;
+    }();
+    CHECK(m.wrong == 3 * nonzero_inputs);  // wrong on all three devices, wherever it mattered
+  }
+}
+
+TEST_CASE("the benchmark's command line") {
+  using bench::parse_settings;
+  const bench::ParsedSettings defaults = parse_settings({});
+  CHECK(defaults.error.empty());
+  CHECK(defaults.settings.device_counts == std::vector<int>{2, 4, 8});
+  CHECK(defaults.settings.max_bytes == std::size_t(256) << 20);
+
+  const auto p = parse_settings({"--devices", "2,3", "--min-bytes", "1K", "--max-bytes", "64M", "--iters", "7"});
+  CHECK(p.error.empty());
+  CHECK(p.settings.device_counts == std::vector<int>{2, 3});
+  CHECK(p.settings.min_bytes == 1024);
+  CHECK(p.settings.max_bytes == std::size_t(64) << 20);
+  CHECK(p.settings.iters == 7);
+
+  CHECK(parse_settings({"--devices", "2,,4"}).error == "--devices needs a comma-separated list of device counts from 1 to 64, got '2,,4'");
+  CHECK(parse_settings({"--devices", "0"}).error.find("--devices needs") == 0);
+  CHECK(parse_settings({"--min-bytes", "2"}).error.find("at least 4") != std::string::npos);
+  CHECK(parse_settings({"--max-bytes", "12X"}).error.find("--max-bytes needs") == 0);
+  CHECK(parse_settings({"--min-bytes", "1M", "--max-bytes", "1K"}).error.find("is larger than") != std::string::npos);
+  CHECK(parse_settings({"--iters", "-1"}).error.find("--iters needs") == 0);
+  CHECK(parse_settings({"--alpha-us", "x"}).error.find("--alpha-us needs") == 0);
+  CHECK(parse_settings({"--bogus", "1"}).error == "unknown option '--bogus'");
+  CHECK(parse_settings({"--warmup"}).error == "--warmup needs a value");
+  CHECK(parse_settings({"--help"}).help);
+}
+
+TEST_CASE("the cost model: the ring's bandwidth term is 2(k-1)/k S/B, the naive one grows with k") {
+  // With alpha = 0 and adds free, only the link term is left.
+  const cost::Interconnect link{"test", 0.0, 1e9, 1e300, ""};
+  const double S = 1e9;  // one second over the link
+  for (int k = 2; k <= 8; ++k) {
+    CAPTURE(k);
+    CHECK(cost::ring_seconds(link, k, S) == doctest::Approx(2.0 * (k - 1) / k));
+    CHECK(cost::naive_seconds(link, k, S) == doctest::Approx(2.0 * (k - 1)));
+  }
+  CHECK(cost::ring_seconds(link, 1, S) == 0);
+  // With bandwidth free, only alphas: 2(k-1) transfers and (k-1) adds for the ring.
+  const cost::Interconnect latency_only{"test", 1e-6, 1e300, 1e300, ""};
+  CHECK(cost::ring_seconds(latency_only, 4, S) == doctest::Approx(9e-6));
+  CHECK(cost::naive_seconds(latency_only, 4, S) == doctest::Approx(7e-6));
+  // Shared memory: the same bytes, k times the operations.
+  cost::SharedMemory m;
+  m.copy_alpha_s = 1e-6, m.add_alpha_s = 2e-6, m.copy_s_per_byte = 1e-9, m.add_s_per_byte = 3e-9;
+  for (int k = 2; k <= 8; ++k) {
+    CAPTURE(k);
+    CHECK(cost::naive_seconds(m, k, S) == doctest::Approx((k - 1) * (4e-6 + 5.0)));
+    CHECK(cost::ring_seconds(m, k, S) == doctest::Approx(k * (k - 1) * 4e-6 + (k - 1) * 5.0));
+  }
+}
+
+}  // namespace
