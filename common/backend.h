@@ -16,4 +16,8 @@
 namespace mgpu {
 inline constexpr bool kCudaBackend = MGPU_CUDA != 0;
 inline constexpr const char* kBackendName = MGPU_CUDA ? "cuda" : "cpu";
+// The exit status of a program or test suite that cannot run in this build or on this machine
+// (NCCL in a cpu build; a GPU suite where no GPU answers). 77 is the usual "skipped" code:
+// ctest reports it as skipped (SKIP_RETURN_CODE), never as passed.
+inline constexpr int kExitNotApplicable = 77;
 }  // namespace mgpu

@@ -47,6 +47,9 @@ class GradientAllreduce {
   virtual void run(std::vector<Replica>& replicas) = 0;
   // How the replicas must store their gradients for run() to work on them.
   virtual lenet::Layout layout() const = 0;
+  // run() leaves result_scale() times the sum in every replica: 1 for a sum, 1/k for an average
+  // (chapter 04's ncclAvg). train_batch's SGD step divides it back out.
+  virtual float result_scale() const { return 1.0f; }
 };
 
 // d2l's allreduce: device 0 pulls every other device's gradient (cudaMemcpyPeerAsync into a

@@ -105,12 +105,14 @@ void print_interconnect_predictions(const Settings& settings, const std::string&
 
 }  // namespace
 
-std::string usage(const std::string& program) {
+std::string usage(const std::string& program, const Settings& defaults) {
+  std::string counts;
+  for (int k : defaults.device_counts) counts += (counts.empty() ? "" : ",") + std::to_string(k);
   return "usage: " + program +
          " [options]\n"
          "  allreduce bandwidth, nccl-tests style: time, algbw, busbw and wrong elements per size\n\n"
          "options:\n"
-         "  --devices LIST    device counts to measure, comma-separated (default 2,4,8)\n"
+         "  --devices LIST    device counts to measure, comma-separated (default " + counts + ")\n"
          "  --min-bytes N     smallest message; K, M, G suffixes allowed (default 4)\n"
          "  --max-bytes N     largest message, reached by doubling (default 256M)\n"
          "  --warmup N        untimed runs before the check (default 5)\n"
@@ -120,8 +122,9 @@ std::string usage(const std::string& program) {
          "  --help            this text\n";
 }
 
-ParsedSettings parse_settings(const std::vector<std::string>& args) {
+ParsedSettings parse_settings(const std::vector<std::string>& args, const Settings& defaults) {
   ParsedSettings r;
+  r.settings = defaults;
   Settings& s = r.settings;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
@@ -167,14 +170,15 @@ ParsedSettings parse_settings(const std::vector<std::string>& args) {
   return r;
 }
 
-int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms) {
-  const ParsedSettings parsed = parse_settings(std::vector<std::string>(argv + 1, argv + argc));
+int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
+                 const Settings& defaults) {
+  const ParsedSettings parsed = parse_settings(std::vector<std::string>(argv + 1, argv + argc), defaults);
   if (!parsed.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), parsed.error.c_str(), usage(program).c_str());
+    std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), parsed.error.c_str(), usage(program, defaults).c_str());
     return 2;
   }
   if (parsed.help) {
-    std::printf("%s", usage(program).c_str());
+    std::printf("%s", usage(program, defaults).c_str());
     return 0;
   }
   const Settings& settings = parsed.settings;

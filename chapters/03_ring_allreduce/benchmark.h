@@ -48,12 +48,14 @@ struct ParsedSettings {
   bool help = false;
   std::string error;  // non-empty: why the command line was refused
 };
-ParsedSettings parse_settings(const std::vector<std::string>& args);
-std::string usage(const std::string& program);
+// The command line's settings, starting from `defaults`.
+ParsedSettings parse_settings(const std::vector<std::string>& args, const Settings& defaults = Settings{});
+std::string usage(const std::string& program, const Settings& defaults = Settings{});
 
 // The whole benchmark program: parse the command line (exit 2 on a bad one), measure every
 // device count, check the cost model, write <out>/<program>.csv, _model.csv and .png.
-int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms);
+int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
+                 const Settings& defaults = Settings{});
 
 struct Measurement {
   std::string algorithm;

@@ -1,0 +1,48 @@
+// Chapter 03's benchmark with a third column set: NCCL's allreduce beside chapter 02's and the
+// ring, in one table and one plot. NCCL needs one GPU per rank, so by default the device
+// counts are 1, 2, 4, 8 up to the number of GPUs.
+//   build/bin/04_allreduce_bench [--devices 1,2] [--min-bytes 4] [--max-bytes 256M] ...
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "../03_ring_allreduce/benchmark.h"
+#include "common/backend.h"
+
+#if MGPU_HAVE_NCCL
+#include "nccl_allreduce.h"
+
+namespace {
+
+std::vector<bench::Algorithm> naive_ring_and_nccl(const mgpu::DeviceSet& devices, std::size_t max_elements) {
+  std::vector<bench::Algorithm> algorithms = bench::naive_and_ring(devices, max_elements);
+  if (nccl::usable_devices(devices.size()) < devices.size()) {
+    std::printf("(%d devices on %d GPUs: NCCL needs one GPU per rank, so no nccl column here)\n", devices.size(),
+                mgpu::gpu_count());
+    return algorithms;
+  }
+  auto nccl = std::make_shared<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
+  algorithms.push_back({"nccl", [nccl](const std::vector<float*>& data, mgpu::Elements n) { nccl->run(data, n); }});
+  return algorithms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Settings defaults;
+  defaults.device_counts.clear();
+  for (int k = 1; k <= 8 && k <= std::max(1, mgpu::gpu_count()); k *= 2) defaults.device_counts.push_back(k);
+  return bench::main_program(argc, argv, "04_allreduce_bench", naive_ring_and_nccl, defaults);
+}
+
+#else
+
+int main() {
+  std::printf("04_allreduce_bench: not applicable in this build: NCCL is a CUDA library and this is the %s build.\n"
+              "03_allreduce_bench measures chapter 02's allreduce and the ring here.\n"
+              "(exit status %d means \"not applicable\"; the tests count it as skipped)\n",
+              mgpu::kBackendName, mgpu::kExitNotApplicable);
+  return mgpu::kExitNotApplicable;
+}
+
+#endif

@@ -1,0 +1,55 @@
+#include "nccl_allreduce.h"
+
+#include <algorithm>
+#include <string>
+
+namespace nccl {
+
+int usable_devices(int wanted) {
+  // At least one: where no GPU answers, making the DeviceSet is what says so.
+  return std::max(1, std::min(wanted, mgpu::gpu_count()));
+}
+
+NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction)
+    : devices_(devices), reduction_(reduction), comms_(devices.size(), nullptr) {
+  std::vector<int> gpus;
+  for (int i = 0; i < devices.size(); ++i) {
+    if (std::find(gpus.begin(), gpus.end(), devices[i].gpu) != gpus.end())
+      throw mgpu::Error("NcclAllreduce: devices " + std::to_string(i) + " and another share cuda:" +
+                        std::to_string(devices[i].gpu) + "; NCCL needs one GPU per rank");
+    gpus.push_back(devices[i].gpu);
+  }
+  MGPU_CHECK_NCCL(ncclCommInitAll(comms_.data(), devices.size(), gpus.data()));
+}
+
+NcclAllreduce::~NcclAllreduce() {
+  // Finalize waits for every queued collective; destroy frees the communicator. Errors are
+  // ignored here: a destructor must not throw.
+  for (std::size_t i = 0; i < comms_.size(); ++i) {
+    if (!comms_[i]) continue;
+    cudaSetDevice(devices_[static_cast<int>(i)].gpu);
+    ncclCommFinalize(comms_[i]);
+    ncclCommDestroy(comms_[i]);
+  }
+}
+
+void NcclAllreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
+  if (data.size() != comms_.size()) throw mgpu::Error("NcclAllreduce: one buffer per device expected");
+  const ncclRedOp_t op = reduction_ == Reduction::Sum ? ncclSum : ncclAvg;
+  MGPU_CHECK_NCCL(ncclGroupStart());
+  for (std::size_t i = 0; i < comms_.size(); ++i)
+    mgpu::allreduce(comms_[i], devices_[static_cast<int>(i)], data[i], n, op);
+  MGPU_CHECK_NCCL(ncclGroupEnd());  // launches all k; the streams are not waited for here
+}
+
+void NcclAllreduce::run(std::vector<dp::Replica>& replicas) {
+  std::vector<float*> data;
+  for (dp::Replica& r : replicas) data.push_back(r.grads.flat());
+  run(data, mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
+}
+
+float NcclAllreduce::result_scale() const {
+  return reduction_ == Reduction::Sum ? 1.0f : 1.0f / static_cast<float>(comms_.size());
+}
+
+}  // namespace nccl

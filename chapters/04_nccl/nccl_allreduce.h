@@ -1,0 +1,52 @@
+// Chapter 04: the allreduce as production systems do it, with NCCL, from one process that
+// drives every GPU.
+//
+//   ncclCommInitAll     one communicator per GPU, all of them in one call (one process)
+//   ncclGroupStart/End  the k ncclAllReduce calls, one per GPU, as one operation
+//   ncclCommFinalize    flushes what is still queued, then ncclCommDestroy frees it
+//
+// Why the group: an ncclAllReduce call may wait until every other rank has joined the
+// collective. With one thread issuing the k calls one after another, the first would wait
+// for the second, which that thread never reaches: a deadlock. Between ncclGroupStart and
+// ncclGroupEnd the calls only queue; ncclGroupEnd launches all k together.
+#pragma once
+#include <nccl.h>
+
+#include <vector>
+
+#include "../02_data_parallel/data_parallel.h"
+#include "common/nccl.h"
+
+namespace nccl {
+
+enum class Reduction {
+  Sum,      // ncclSum: every GPU gets the sum; the SGD step divides by the batch size
+  Average,  // ncclAvg: every GPU gets sum / k; the SGD step must divide by batch / k
+};
+
+class NcclAllreduce : public dp::GradientAllreduce {
+ public:
+  // One communicator per device; every device must be on its own GPU (NCCL refuses two ranks
+  // of one communicator on one GPU).
+  NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction);
+  ~NcclAllreduce() override;
+  NcclAllreduce(const NcclAllreduce&) = delete;
+  NcclAllreduce& operator=(const NcclAllreduce&) = delete;
+
+  // data[i] (n floats) lives on devices[i]; queued on each device's stream, no host wait.
+  void run(const std::vector<float*>& data, mgpu::Elements n);
+  // The flat gradient bucket of every replica, in one collective.
+  void run(std::vector<dp::Replica>& replicas) override;
+  lenet::Layout layout() const override { return lenet::Layout::Flat; }
+  float result_scale() const override;
+
+ private:
+  const mgpu::DeviceSet& devices_;
+  Reduction reduction_;
+  std::vector<ncclComm_t> comms_;  // comms_[i] drives devices[i]
+};
+
+// How many of `wanted` devices NCCL can use here: one per GPU (and at least one).
+int usable_devices(int wanted);
+
+}  // namespace nccl
