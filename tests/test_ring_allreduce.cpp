@@ -290,6 +290,8 @@ TEST_CASE("the cost model: the ring's bandwidth term is 2(k-1)/k S/B, the naive 
     CHECK(cost::naive_seconds(m, k, S) == doctest::Approx((k - 1) * (4e-6 + 5.0)));
     CHECK(cost::ring_seconds(m, k, S) == doctest::Approx(k * (k - 1) * 4e-6 + (k - 1) * 5.0));
   }
+  // One float on 4 devices: three of the four chunks are empty and cost nothing.
+  CHECK(cost::ring_seconds(m, 4, 4.0) == doctest::Approx(3 * (4e-6 + 4.0 * (2 * 1e-9 + 3e-9) / 4)));
 }
 
 }  // namespace

@@ -17,7 +17,8 @@
 //   Shared: the replicas live in one memory (the cpu build; several logical devices on one
 //   GPU). Nothing runs in parallel across devices, so every operation is paid in full:
 //     naive: (k-1) copies of S, (k-1) adds of S, (k-1) copies of S
-//     ring:  k(k-1) adds and 2k(k-1) copies, each of S/k bytes
+//     ring:  k(k-1) adds and 2k(k-1) copies, each of S/k bytes (fewer when S/4 < k: empty
+//            chunks are skipped)
 //   The bytes are the same for both; the ring pays k times as many alphas. One memory cannot
 //   show the ring's advantage: that needs links that can all be busy at once.
 #pragma once
