@@ -9,11 +9,10 @@
 #include "common/cli.h"
 
 #if MGPU_HAVE_NCCL
-#include <filesystem>
 #include <memory>
 
+#include "../03_ring_allreduce/compare.h"
 #include "../03_ring_allreduce/ring.h"
-#include "common/report.h"
 #include "nccl_allreduce.h"
 
 namespace {
@@ -33,37 +32,14 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
   std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
               data.test.count);
 
-  struct Way {
-    std::string label, run;
-    std::unique_ptr<dp::GradientAllreduce> allreduce;
-  };
-  std::vector<Way> ways;
+  std::vector<ring::NamedAllreduce> ways;
   ways.push_back({"chapter 03 ring", "ring", std::make_unique<ring::RingAllreduce>(devices)});
   ways.push_back({"ncclSum, SGD divides by batch", "nccl_sum",
                   std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum)});
   ways.push_back({"ncclAvg, SGD divides by batch/k", "nccl_avg",
                   std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Average)});
-
-  std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
-  for (Way& way : ways) {
-    std::printf("\n== training on %d device(s) with %s\n", k, way.label.c_str());
-    mgpu::TrainingLog log(chapter.name, chapter.name + "_" + way.run + "_k" + std::to_string(k), o, k,
-                          data.train.count);
-    dp::train(devices, data, o, *way.allreduce, log);
-    log.finish();
-    runs.emplace_back(way.label, log.csv_path());
-  }
-  const std::string png = (std::filesystem::path(o.out) / (chapter.name + ".png")).string();
-  if (mgpu::plot_runs(png, chapter.name + ": " + std::to_string(k) + " GPU(s), ring vs NCCL", runs))
-    std::printf("wrote %s\n", png.c_str());
-
-  std::printf("\nper step on %d device(s) (mean of 20 steps, devices synchronized between phases):\n", k);
-  std::printf("  %-36s %12s %14s\n", "allreduce", "compute ms", "allreduce ms");
-  for (Way& way : ways) {
-    const dp::StepTimes t = dp::profile_steps(devices, data, o, *way.allreduce, 20);
-    std::printf("  %-36s %12.2f %14.3f\n", way.label.c_str(), 1e3 * t.compute / t.steps,
-                1e3 * t.allreduce / t.steps);
-  }
+  ring::train_each(devices, data, o, chapter.name, {&ways[0], &ways[1], &ways[2]});
+  ring::print_step_times(devices, data, o, ways);
   return 0;
 }
 
