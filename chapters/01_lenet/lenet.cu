@@ -151,22 +151,29 @@ void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, boo
                         with_gradient ? ws.dz4.data() : nullptr);
 }
 
-void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n) {
+void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready) {
   const float* ones = ws.ones.data();
   const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
+  auto layer_done = [&](int layer) {
+    if (ready) ready(layer);
+  };
   // The forward pass in reverse; each line's comment names the gradient it produces.
   dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
+  layer_done(3);                                                                                             // W4, b4
   relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3
   dense_backward(d, ws.dh3.data(), ws.f.data(), 800, n, p.W3(), 128, ones, g.W3(), g.b3(), ws.df.data());   // df
+  layer_done(2);                                                                                             // W3, b3
   unflatten(d, ws.df.data(), s2, ws.dp2.data());                                                             // dp2
   avgpool2_backward(d, ws.dp2.data(), c2, ws.dh2.data());                                                    // dh2
   relu_backward(d, ws.h2.data(), ws.dh2.data(), c2.size());                                                  // dz2
   conv2d_backward(d, ws.dh2.data(), s1, p.W2(), 50, 5, ws.col2.data(), ones, g.W2(), g.b2(), ws.dcol2.data(),
                   ws.dp1.data());                                                                            // dp1
+  layer_done(1);                                                                                             // W2, b2
   avgpool2_backward(d, ws.dp1.data(), c1, ws.dh1.data());                                                    // dh1
   relu_backward(d, ws.h1.data(), ws.dh1.data(), c1.size());                                                  // dz1
   // The images need no gradient: conv1 computes dW1 and db1 only (its input is in ws.col1).
   conv2d_backward(d, ws.dh1.data(), in, p.W1(), 20, 3, ws.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
+  layer_done(0);                                                                                             // W1, b1
 }
 
 DeviceImages::DeviceImages(const Device& d, const mgpu::LabeledImages& host)
@@ -229,21 +236,30 @@ void for_each_chunk(Lanes& lanes, int n, F f) {
 }  // namespace
 
 void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
-                          const std::int32_t* y, int n, Metrics& m) {
+                          const std::int32_t* y, int n, Metrics& m, const GradientReady& ready) {
   for (Params& lane_g : lanes.grads) lane_g.zero();
   for (Metrics& lm : lanes.metrics) lm.reset();
+  // With one lane, the chunk that ends the batch is the last to add into g, so each layer is
+  // complete as soon as that chunk's backward pass has passed it: ready() is called from there.
+  const bool one_lane = lanes.count() == 1;
+  bool told = false;
   // The loss is a sum over examples, so the gradient of a batch is the sum of its chunks' gradients.
   for_each_chunk(lanes, n, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
     forward(d, p, ws, x + std::int64_t(start) * kPixels, size);
     loss(d, ws, y + start, size, /*with_gradient=*/true);
     accumulate_metrics(d, ws, size, lanes.metrics[lane]);
-    backward(d, p, lane == 0 ? g : lanes.grads[lane - 1], ws, size);
+    const bool last_chunk = one_lane && start + size == n;
+    backward(d, p, lane == 0 ? g : lanes.grads[lane - 1], ws, size, last_chunk ? ready : GradientReady{});
+    if (last_chunk && ready) told = true;  // one lane: only this thread writes it
   });
-  // Sum the lanes: a small allreduce between the cores of one device.
-  for (const Params& lane_g : lanes.grads)
-    for (int i = 0; i < kParamTensors; ++i)
-      add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
+  // Sum the lanes, a small allreduce between the cores of one device, layer by layer from the
+  // last, so that each layer can be announced as soon as it is complete.
+  for (int layer = kLayers - 1; layer >= 0; --layer) {
+    for (const Params& lane_g : lanes.grads)
+      for (int i = 2 * layer; i <= 2 * layer + 1; ++i) add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
+    if (ready && !told) ready(layer);
+  }
   for (const Metrics& lm : lanes.metrics)
     mgpu::for_each_index(d, 1, AddSums{m.sums.data(), lm.sums.data()});
 }

@@ -13,6 +13,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,8 +96,17 @@ struct Workspace {
 void forward(const Device& d, Params& p, Workspace& ws, const float* x, int n);
 // Per-example loss and correctness into ws.loss / ws.correct; with_gradient also fills ws.dz4.
 void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, bool with_gradient);
-// Adds the gradient of the summed loss of the last forward() and loss() (n images) into g.
-void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n);
+// LeNet's four layers with parameters, in forward order: layer l owns tensors 2l (its W) and
+// 2l + 1 (its b), which are also neighbours in the Flat layout.
+inline constexpr int kLayers = 4;
+// Called when one layer's parameter gradients are complete, last layer (3) first, first layer
+// (0) last: a trainer can start summing that layer across devices while the earlier layers'
+// gradients are still being computed (chapter 05's overlap). Empty: nobody is told.
+using GradientReady = std::function<void(int layer)>;
+
+// Adds the gradient of the summed loss of the last forward() and loss() (n images) into g,
+// calling ready(l) as soon as layer l's gradients have been added.
+void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready = {});
 
 // A dataset split resident on a device, uploaded once.
 struct DeviceImages {
@@ -144,9 +154,12 @@ struct Lanes {
 Lanes make_lanes(const Device& d, int batch_size);
 
 // The gradient of the summed loss over the n examples x [n][28][28], y [n] (on d) is ADDED
-// into g; loss and accuracy are added into m.
+// into g; loss and accuracy are added into m. ready(l), when given, is called once per layer,
+// 3 down to 0, as soon as layer l's gradient in g holds the whole batch: during the last
+// chunk's backward pass when one lane does all the work (a GPU, or a CPU with one thread),
+// after the lanes are summed when several do, and at the end when n == 0 (g is complete).
 void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
-                          const std::int32_t* y, int n, Metrics& m);
+                          const std::int32_t* y, int n, Metrics& m, const GradientReady& ready = {});
 
 // p -= lr * g / batch_size for all eight tensors: d2l's sgd(params, lr, batch_size).
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size);

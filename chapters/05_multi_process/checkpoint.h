@@ -1,0 +1,60 @@
+// Checkpoints: what a run needs to continue after it stops, on any number of processes.
+//
+// The state of this training run is small: the parameters (there is no optimizer state: plain
+// SGD), how many epochs are done, and the random state. The random state is the seed alone,
+// because every epoch's batch order is drawn afresh from (seed, epoch) (common/batches.h). The
+// file also records the recipe (batch size, learning rate, training-set size) so that a resumed
+// run can refuse to continue with another one, and the finished epochs' records, so that the
+// resumed run's CSV and plot hold the whole curve.
+//
+// The file, every number little-endian whatever the machine:
+//
+//   bytes  field
+//   8      magic "MGPUCKPT"
+//   4      u32  format version (1)
+//   4      i32  epochs done (E)
+//   8      u64  seed
+//   4      i32  batch size
+//   4      f32  learning rate
+//   4      i32  training examples
+//   8      i64  parameter count (P = 129,068 for LeNet)
+//   36 E   per finished epoch: i32 epoch, f64 train loss, f64 train acc, f64 test acc, f64 seconds
+//   4 P    f32  the parameters, in the Flat layout's order (W1 b1 W2 b2 W3 b3 W4 b4)
+//   4      u32  CRC-32 (zlib's) of every byte before it
+//
+// write_checkpoint() writes FILE.tmp and renames it to FILE, so a crash while writing leaves
+// the previous checkpoint intact: rename() replaces a file in one step (POSIX).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/report.h"
+
+namespace mp {
+
+inline constexpr std::uint32_t kCheckpointVersion = 1;
+
+struct Checkpoint {
+  int epochs_done = 0;
+  std::uint64_t seed = 0;
+  int batch_size = 0;
+  float lr = 0;
+  int train_examples = 0;
+  std::vector<mgpu::EpochRecord> history;  // one per finished epoch, epochs 1..epochs_done
+  std::vector<float> params;               // the flat parameters
+};
+
+// Writes `c` to path.tmp, flushes it to the disk, and renames it to path. Throws mgpu::Error
+// naming the file when anything fails.
+void write_checkpoint(const std::string& path, const Checkpoint& c);
+
+// Reads and checks a checkpoint of a model with `expected_params` parameters. A missing,
+// truncated, corrupt (checksum) or foreign file, or one of another format version or model,
+// throws mgpu::Error naming the file and what is wrong with it.
+Checkpoint read_checkpoint(const std::string& path, std::int64_t expected_params);
+
+// The bytes write_checkpoint() puts in the file (for the tests, which damage them).
+std::string encode_checkpoint(const Checkpoint& c);
+
+}  // namespace mp

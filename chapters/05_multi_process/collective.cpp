@@ -1,0 +1,317 @@
+#include "collective.h"
+
+#include <array>
+#include <chrono>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "common/check.h"
+#if MGPU_CUDA && MGPU_HAVE_NCCL
+#include "common/nccl.h"
+#endif
+
+namespace mp {
+
+const char* collective_name(Collective c) { return c == Collective::Nccl ? "nccl" : "mpi"; }
+
+bool nccl_available() {
+#if MGPU_CUDA && MGPU_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Slice layer_slice(int layer) {
+  const int w = 2 * layer, b = w + 1;
+  return {static_cast<std::size_t>(lenet::offset_of(w)),
+          mgpu::Elements{static_cast<std::size_t>(lenet::kParams[w].count + lenet::kParams[b].count)}};
+}
+
+void GradientAllreduce::start_layer(lenet::Params& g, int layer) {
+  if (layer != lenet::kLayers - 1 - started_)
+    throw mgpu::Error("GradientAllreduce: layer " + std::to_string(layer) + " started out of order (expected " +
+                      std::to_string(lenet::kLayers - 1 - started_) + ")");
+  start(g, layer);
+  ++started_;
+}
+
+void GradientAllreduce::finish(lenet::Params& g) {
+  const int started = started_;
+  started_ = 0;
+  if (started == 0) return reduce_bucket(g);
+  if (started != lenet::kLayers)
+    throw mgpu::Error("GradientAllreduce: " + std::to_string(started) + " of " + std::to_string(lenet::kLayers) +
+                      " layers were started before finish()");
+  wait_started(g);
+}
+
+namespace {
+
+// All 129,068 gradients.
+mgpu::Elements whole_bucket() { return mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())}; }
+
+// --- mpi ----------------------------------------------------------------------------------
+// MPI_Allreduce and MPI_Iallreduce, in place, on host memory. MPI makes progress on a
+// non-blocking collective only inside MPI calls (there is no progress thread by default), so
+// start() also tests the requests already started: each call lets MPI move them along.
+class MpiRequests {
+ public:
+  void start_sum(const World& w, float* host, mgpu::Elements n) {
+    requests_.emplace_back();
+    MGPU_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host, mpi_count(n), MPI_FLOAT, MPI_SUM, w.comm, &requests_.back()));
+    int all_done = 0;
+    MGPU_CHECK_MPI(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &all_done, MPI_STATUSES_IGNORE));
+  }
+  void wait_all() {
+    MGPU_CHECK_MPI(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    requests_.clear();
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;
+};
+
+void sum_now(const World& w, float* host, mgpu::Elements n) {
+  MGPU_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, host, mpi_count(n), MPI_FLOAT, MPI_SUM, w.comm));
+}
+
+#if !MGPU_CUDA
+
+// cpu build: the "device" memory is host memory, so MPI works on the bucket itself.
+class MpiAllreduce : public GradientAllreduce {
+ public:
+  explicit MpiAllreduce(const World& w) : world_(w) {}
+
+ protected:
+  void reduce_bucket(lenet::Params& g) override { sum_now(world_, g.flat(), whole_bucket()); }
+  void start(lenet::Params& g, int layer) override {
+    const Slice s = layer_slice(layer);
+    requests_.start_sum(world_, g.flat() + s.offset, s.count);
+  }
+  void wait_started(lenet::Params&) override { requests_.wait_all(); }
+
+ private:
+  World world_;
+  MpiRequests requests_;
+};
+
+#else
+
+// cuda build: MPI sums a pinned host copy of the bucket. Without overlap: copy it all down,
+// sum, copy it back. With overlap, layer l's slice is copied down on a second stream as soon
+// as backward has produced it (an event orders the copy after the layer's kernels, without
+// the host waiting), and its MPI_Iallreduce starts once the copy is done; finish() waits for
+// the sums and copies the bucket back up on the compute stream.
+class MpiAllreduce : public GradientAllreduce {
+ public:
+  MpiAllreduce(const World& w, const mgpu::Device& d) : world_(w), device_(d), copier_(d) {
+    mgpu::activate(d);
+    MGPU_CHECK_CUDA(cudaMallocHost(&host_, whole_bucket().count * sizeof(float)));
+    MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&copier_.stream, cudaStreamNonBlocking));
+  }
+  ~MpiAllreduce() override {
+    cudaSetDevice(device_.gpu);
+    cudaStreamSynchronize(copier_.stream);
+    cudaStreamDestroy(copier_.stream);
+    cudaFreeHost(host_);
+  }
+  void synchronize(const mgpu::Device& d) override {
+    mgpu::synchronize(copier_);
+    mgpu::synchronize(d);
+  }
+
+ protected:
+  void reduce_bucket(lenet::Params& g) override {
+    mgpu::copy_bytes_to_host(device_, host_, g.flat(), whole_bucket().count * sizeof(float));  // waits for backward
+    sum_now(world_, host_, whole_bucket());
+    mgpu::copy_bytes_to_device(device_, g.flat(), host_, whole_bucket().count * sizeof(float));
+  }
+  void start(lenet::Params& g, int layer) override {
+    const Slice s = layer_slice(layer);
+    ready_[layer].record(device_);  // backward has queued this layer's kernels up to here
+    ready_[layer].make_wait(copier_);
+    MGPU_CHECK_CUDA(cudaMemcpyAsync(host_ + s.offset, g.flat() + s.offset, s.count.count * sizeof(float),
+                                    cudaMemcpyDeviceToHost, copier_.stream));
+    copied_[layer].record(copier_);
+    waiting_.push_back(layer);
+    start_copied(/*wait=*/false);
+  }
+  void wait_started(lenet::Params& g) override {
+    start_copied(/*wait=*/true);
+    requests_.wait_all();
+    mgpu::copy_bytes_to_device(device_, g.flat(), host_, whole_bucket().count * sizeof(float));
+  }
+
+ private:
+  // Starts the MPI sums of the layers whose copy has arrived, in the order they were started
+  // (every rank must issue them in the same order); with `wait`, waits for every copy.
+  void start_copied(bool wait) {
+    while (!waiting_.empty()) {
+      const int layer = waiting_.front();
+      if (wait) {
+        copied_[layer].synchronize();
+      } else if (!copied_[layer].done()) {
+        return;
+      }
+      const Slice s = layer_slice(layer);
+      requests_.start_sum(world_, host_ + s.offset, s.count);
+      waiting_.erase(waiting_.begin());
+    }
+  }
+
+  // An event the host can also ask about (mgpu::Event only orders streams).
+  struct HostEvent {
+    HostEvent() { MGPU_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+    ~HostEvent() { cudaEventDestroy(event); }
+    void record(const mgpu::Device& d) {
+      mgpu::activate(d);
+      MGPU_CHECK_CUDA(cudaEventRecord(event, d.stream));
+    }
+    void make_wait(const mgpu::Device& d) {
+      mgpu::activate(d);
+      MGPU_CHECK_CUDA(cudaStreamWaitEvent(d.stream, event, 0));
+    }
+    bool done() {
+      const cudaError_t status = cudaEventQuery(event);
+      if (status == cudaErrorNotReady) return false;
+      MGPU_CHECK_CUDA(status);
+      return true;
+    }
+    void synchronize() { MGPU_CHECK_CUDA(cudaEventSynchronize(event)); }
+    cudaEvent_t event = nullptr;
+  };
+
+  World world_;
+  mgpu::Device device_;
+  mgpu::Device copier_;   // the same GPU, a second stream for the copies down
+  float* host_ = nullptr;  // [129,068] pinned: the bucket's host copy
+  std::array<HostEvent, lenet::kLayers> ready_, copied_;
+  std::vector<int> waiting_;  // layers copied (or being copied) whose MPI sum has not started
+  MpiRequests requests_;
+};
+
+#endif  // MGPU_CUDA
+
+// --- nccl ---------------------------------------------------------------------------------
+#if MGPU_CUDA && MGPU_HAVE_NCCL
+
+ncclUniqueId unique_id_from_rank0(const World& w) {
+  ncclUniqueId id{};
+  if (w.rank == 0) MGPU_CHECK_NCCL(ncclGetUniqueId(&id));
+  broadcast_from_rank0(w, &id, sizeof id);
+  return id;
+}
+
+// One NCCL communicator over all ranks, one GPU per rank. Without overlap, ncclAllReduce runs
+// on the rank's compute stream after backward. With overlap, each layer's ncclAllReduce runs
+// on a second stream as soon as an event says backward has produced it, while the compute
+// stream goes on with the earlier layers; finish() makes the compute stream wait for the last
+// sum, so the SGD step follows it, and the host never waits.
+class NcclAllreduce : public GradientAllreduce {
+ public:
+  NcclAllreduce(const World& w, const mgpu::Device& d)
+      : device_(d), comm_stream_(d), exceptions_before_(std::uncaught_exceptions()) {
+    const ncclUniqueId id = unique_id_from_rank0(w);  // every rank must call this: it is an MPI_Bcast
+    mgpu::activate(d);
+    MGPU_CHECK_NCCL(ncclCommInitRank(&comm_, w.size, id, w.rank));
+    MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_.stream, cudaStreamNonBlocking));
+  }
+  // When an error on this rank unwinds the stack, the other ranks may never join another
+  // collective: waiting for them (ncclCommFinalize) could wait forever, so the communicator is
+  // aborted instead, before main() reports the error and calls MPI_Abort.
+  ~NcclAllreduce() override {  // no throwing here
+    if (std::uncaught_exceptions() > exceptions_before_) abort_communicator();
+    cudaSetDevice(device_.gpu);
+    if (comm_) {
+      cudaStreamSynchronize(comm_stream_.stream);
+      ncclCommFinalize(comm_);
+      ncclCommDestroy(comm_);
+    }
+    cudaStreamDestroy(comm_stream_.stream);
+  }
+  // Polls rather than blocks, so that an error NCCL detects on its own (a network failure, a
+  // peer that aborted) is reported instead of waited on forever.
+  void synchronize(const mgpu::Device& d) override {
+    wait_watching_nccl(comm_stream_);
+    wait_watching_nccl(d);
+  }
+
+ protected:
+  void reduce_bucket(lenet::Params& g) override {
+    mgpu::allreduce(comm_, device_, g.flat(), whole_bucket(), ncclSum);
+  }
+  void start(lenet::Params& g, int layer) override {
+    const Slice s = layer_slice(layer);
+    ready_[layer].record(device_);
+    ready_[layer].make_wait(comm_stream_);
+    mgpu::allreduce(comm_, comm_stream_, g.flat() + s.offset, s.count, ncclSum);
+  }
+  void wait_started(lenet::Params&) override {
+    summed_.record(comm_stream_);
+    summed_.make_wait(device_);
+  }
+
+ private:
+  void wait_watching_nccl(const mgpu::Device& s) {
+    mgpu::activate(s);
+    for (;;) {
+      const cudaError_t status = cudaStreamQuery(s.stream);
+      if (status == cudaSuccess) return;
+      if (status != cudaErrorNotReady) MGPU_CHECK_CUDA(status);
+      ncclResult_t async = ncclSuccess;
+      MGPU_CHECK_NCCL_COMM(ncclCommGetAsyncError(comm_, &async), comm_);
+      if (async != ncclSuccess) {
+        // NCCL's advice: a communicator with an asynchronous error is aborted, not waited on.
+        // The error is read (and thrown) first: it describes the communicator.
+        try {
+          MGPU_CHECK_NCCL_COMM(async, comm_);
+        } catch (...) {
+          abort_communicator();
+          throw;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  void abort_communicator() noexcept {
+    if (comm_) ncclCommAbort(comm_);  // stops its kernels and frees it without waiting for peers
+    comm_ = nullptr;
+  }
+
+  mgpu::Device device_;
+  mgpu::Device comm_stream_;  // the same GPU, the stream the overlapped sums run on
+  ncclComm_t comm_ = nullptr;
+  std::array<mgpu::Event, lenet::kLayers> ready_;  // "layer l's gradient is computed"
+  mgpu::Event summed_;                             // "every started sum is done"
+  int exceptions_before_;                          // std::uncaught_exceptions() when made
+};
+
+#endif  // MGPU_CUDA && MGPU_HAVE_NCCL
+
+}  // namespace
+
+std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& w, const mgpu::Device& d,
+                                                  int ranks_per_gpu) {
+  if (kind == Collective::Mpi) {
+#if MGPU_CUDA
+    return std::make_unique<MpiAllreduce>(w, d);
+#else
+    (void)d;
+    (void)ranks_per_gpu;
+    return std::make_unique<MpiAllreduce>(w);
+#endif
+  }
+#if MGPU_CUDA && MGPU_HAVE_NCCL
+  if (ranks_per_gpu > 1)
+    throw mgpu::Error(std::to_string(ranks_per_gpu) + " ranks share " + d.name() +
+                      ", and NCCL refuses two ranks of one communicator on one GPU; start at most one rank per "
+                      "GPU, or use --collective mpi");
+  return std::make_unique<NcclAllreduce>(w, d);
+#else
+  throw mgpu::Error("--collective nccl needs a cuda build with NCCL; use --collective mpi");
+#endif
+}
+
+}  // namespace mp

@@ -1,0 +1,111 @@
+// Chapter 05: one process per device. Start K copies with an MPI launcher,
+//   mpirun -np 2 build/bin/05_multi_process            (one machine)
+//   srun --ntasks-per-node=8 build/bin/05_multi_process  (a SLURM cluster)
+// or run it alone for K = 1. Every copy trains on its own device and its own block of every
+// global batch; rank 0 prints, writes the CSV and the plot.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collective.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
+#include "multi_process.h"
+#include "options.h"
+#include "rank_device.h"
+#include "world.h"
+
+namespace {
+
+// Every rank parsed its own command line (mpirun's "A : B" form gives ranks different ones).
+// They stop together when any of them refuses its own, so no rank waits for one that left;
+// the lowest such rank says why. Returns the exit status when the program should stop.
+std::optional<int> stop_for_command_line(const mp::World& w, const mp::CommandLine& cl) {
+  if (mp::first_rank_where(w, cl.help) < w.size) {
+    if (w.rank == 0) std::fputs(mp::usage().c_str(), stdout);
+    return 0;
+  }
+  const int first_refusing = mp::first_rank_where(w, !cl.error.empty());
+  if (first_refusing == w.size) return std::nullopt;
+  if (w.rank == first_refusing) {
+    const std::string who = w.size > 1 ? "rank " + std::to_string(w.rank) + ": " : "";
+    std::fprintf(stderr, "%s: %s%s\n\n%s", mp::kChapter.name.c_str(), who.c_str(), cl.error.c_str(),
+                 mp::usage().c_str());
+  }
+  return 2;
+}
+
+std::string run_name(const mp::World& w, const mp::Config& c) {
+  return mp::kChapter.name + "_k" + std::to_string(w.size) + "_" + mp::collective_name(c.collective) +
+         (c.overlap ? "" : "_no_overlap");
+}
+
+void print_profile(const std::array<mp::StepProfile, 2>& p, int steps, int ranks) {
+  const mp::StepProfile &off = p[0], &on = p[1];
+  std::printf("per step (mean of %d steps each, alternating, device synchronized between phases, averaged over "
+              "%d rank(s)):\n",
+              steps, ranks);
+  for (const auto& [name, t] : {std::pair{"overlap off", off}, std::pair{"overlap on ", on}})
+    std::printf("  %s  %.2f ms = compute %.2f + waiting for the allreduce %.3f + sgd %.3f\n", name, t.step, t.compute,
+                t.wait, t.update);
+  std::printf("  overlap saves %.3f ms per step (%.1f%%)\n", off.step - on.step,
+              off.step > 0 ? 100 * (off.step - on.step) / off.step : 0.0);
+}
+
+void run(const mp::World& w, const mp::Config& c) {
+  const mp::RankDevice rank_device(w);
+  const mgpu::Device& d = rank_device.device();
+  double machines = w.local_rank == 0 ? 1 : 0;  // one rank per machine counts it
+  mp::sum_over_ranks(w, &machines, 1);
+  const std::string ranks = mp::gather_lines(w, rank_device.describe());
+  if (w.rank == 0)
+    std::printf("%s: %d process(es) on %.0f machine(s), backend %s, collective %s, overlap %s\n%s",
+                mp::kChapter.name.c_str(), w.size, machines, mgpu::kBackendName, mp::collective_name(c.collective),
+                c.overlap ? "on" : "off", ranks.c_str());
+
+  const mgpu::FashionMnist data = mgpu::load_fashion_mnist(c.o.data_dir, c.o.limit_train);  // every rank
+  if (w.rank == 0)
+    std::printf("Fashion-MNIST from %s: %d training, %d test images; global batch %d = %d block(s) of about %d\n",
+                data.dir.c_str(), data.train.count, data.test.count, c.o.batch_size, w.size,
+                c.o.batch_size / w.size);
+
+  const std::unique_ptr<mp::GradientAllreduce> allreduce =
+      mp::make_allreduce(c.collective, w, d, rank_device.ranks_per_gpu());
+  std::optional<mgpu::TrainingLog> log;
+  if (w.rank == 0) log.emplace(mp::kChapter.name, run_name(w, c), c.o, w.size, data.train.count);
+  mp::train(w, d, data, c, *allreduce, log ? &*log : nullptr);
+
+  if (c.profile_steps > 0) {
+    const auto profile = mp::profile_steps(w, d, data, c, *allreduce, c.profile_steps);
+    if (w.rank == 0) print_profile(profile, c.profile_steps, w.size);
+  }
+  if (log) log->finish();
+}
+
+// An error on this rank: the other ranks are (or soon will be) waiting for it in a collective,
+// so after saying what went wrong, stop them all.
+[[noreturn]] void fail(const std::string& rank, const char* what) {
+  std::fprintf(stderr, "%s: rank %s: error: %s\n", mp::kChapter.name.c_str(), rank.c_str(), what);
+  mp::abort_all(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const mp::MpiSession mpi(argc, argv);  // outside the try: MPI must outlive the abort below
+  std::string rank = "?";                // known once MPI has said who this process is
+  try {
+    const mp::World w = mp::describe_world(MPI_COMM_WORLD);
+    rank = std::to_string(w.rank);
+    const mp::CommandLine cl = mp::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), w.size);
+    if (const std::optional<int> status = stop_for_command_line(w, cl)) return *status;
+    run(w, cl.config);
+  } catch (const std::exception& e) {
+    fail(rank, e.what());
+  } catch (...) {
+    fail(rank, "an exception that is not a std::exception");
+  }
+  return 0;
+}

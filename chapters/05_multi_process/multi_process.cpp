@@ -1,0 +1,269 @@
+#include "multi_process.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+
+#include "checkpoint.h"
+#include "sampler.h"
+
+namespace mp {
+namespace {
+
+std::vector<float> flatten(const lenet::HostParams& host) {
+  std::vector<float> flat;
+  for (const std::vector<float>& t : host) flat.insert(flat.end(), t.begin(), t.end());
+  return flat;
+}
+
+lenet::HostParams unflatten(const std::vector<float>& flat) {
+  lenet::HostParams host;
+  for (int t = 0; t < lenet::kParamTensors; ++t) {
+    const auto first = flat.begin() + lenet::offset_of(t);
+    host.emplace_back(first, first + lenet::kParams[t].count);
+  }
+  return host;
+}
+
+// Examples [b.start, b.start + b.count) of a host dataset, as a dataset of their own.
+mgpu::LabeledImages slice(const mgpu::LabeledImages& set, Block b) {
+  const std::size_t pixels = set.pixels_per_image();
+  mgpu::LabeledImages s;
+  s.count = b.count;
+  s.rows = set.rows;
+  s.cols = set.cols;
+  s.pixels.assign(set.pixels.begin() + b.start * pixels, set.pixels.begin() + (b.start + b.count) * pixels);
+  s.labels.assign(set.labels.begin() + b.start, set.labels.begin() + b.start + b.count);
+  return s;
+}
+
+// This rank's block of the test set: all ranks evaluate at once and their hits are summed
+// (--eval device0: rank 0 evaluates all of it, as d2l evaluates on one device).
+Block test_block(const World& w, const mgpu::Options& o, int test_count) {
+  if (!o.eval_all_devices) return w.rank == 0 ? Block{0, test_count} : Block{0, 0};
+  return block_of(test_count, w.size, w.rank);
+}
+
+// Everything one rank holds while training.
+struct RankState {
+  RankState(const mgpu::Device& dev, const World& w, const mgpu::FashionMnist& data, const mgpu::Options& o,
+            const std::vector<float>& start)
+      : d(dev),
+        params(lenet::upload_params(dev, unflatten(start), lenet::Layout::Flat)),
+        grads(lenet::zero_params(dev, lenet::Layout::Flat)),
+        train_set(dev, data.train),
+        test_set(dev, slice(data.test, test_block(w, o, data.test.count))),
+        order(dev, data.train.count),
+        batch(dev, block_of(o.batch_size, w.size, 0).count),  // rank 0's blocks are the largest
+        lanes(lenet::make_lanes(dev, block_of(o.batch_size, w.size, 0).count)),
+        metrics(dev) {}
+  const mgpu::Device& d;
+  lenet::Params params, grads;        // Flat: grads is the bucket the allreduce sums
+  lenet::DeviceImages train_set;      // all of it: every epoch, any example can fall in this rank's blocks
+  lenet::DeviceImages test_set;       // this rank's block of the test set
+  mgpu::Buffer<std::int32_t> order;   // [examples] the epoch's permutation
+  lenet::Batch batch;                 // this rank's block of the current global batch
+  lenet::Lanes lanes;
+  lenet::Metrics metrics;             // this rank's loss and hits of the epoch
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Milliseconds spent in each phase of the steps measured (only when profiling).
+struct PhaseTimes {
+  double compute = 0, wait = 0, update = 0;
+  int steps = 0;
+};
+
+// One step, as this rank sees it: its block of global batch `step`, forward and backward on
+// it, the gradients summed over all ranks, and the SGD step of the whole global batch.
+void train_step(RankState& s, const DistributedSampler& sampler, int step, GradientAllreduce& allreduce, float lr,
+                bool overlap, PhaseTimes* times = nullptr) {
+  double t = 0;
+  auto lap = [&](double PhaseTimes::*phase) {  // device synchronized: only when measuring
+    if (!times) return;
+    allreduce.synchronize(s.d);
+    const double now = now_seconds();
+    if (phase) times->*phase += 1e3 * (now - t);
+    t = now;
+  };
+  lap(nullptr);
+  const Block mine = sampler.block(step);
+  lenet::gather(s.d, s.train_set, s.order.data() + mine.start, mine.count, s.batch);
+  s.grads.zero();
+  lenet::GradientReady ready;  // empty: backward tells nobody, finish() sums the whole bucket
+  if (overlap) ready = [&](int layer) { allreduce.start_layer(s.grads, layer); };
+  lenet::accumulate_gradients(s.d, s.params, s.grads, s.lanes, s.batch.x.data(), s.batch.y.data(), mine.count,
+                              s.metrics, ready);
+  lap(&PhaseTimes::compute);
+  allreduce.finish(s.grads);
+  lap(&PhaseTimes::wait);
+  // Divide by the global batch's size: every rank takes the step one process would take.
+  lenet::sgd(s.d, s.params, s.grads, lr, sampler.global_size(step));
+  lap(&PhaseTimes::update);
+  if (times) ++times->steps;
+}
+
+void inject_fault_if_due(const FaultInjection& f, const World& w, long step) {
+  if (f.rank != w.rank || f.step != step) return;
+  const std::string what = "injected fault at step " + std::to_string(step) + " (--fail-rank " +
+                           std::to_string(f.rank) + " --fail-at-step " + std::to_string(f.step) + ")";
+  if (f.how == FailHow::Error) throw mgpu::Error(what);
+  std::fprintf(stderr, "05_multi_process: rank %d: %s: killing this process (SIGKILL)\n", w.rank, what.c_str());
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
+// Where training starts: epoch 0 and rank 0's init_params, or a checkpoint that rank 0 reads.
+// Either way rank 0 decides and broadcasts, so every rank starts from the same numbers.
+struct Start {
+  int epochs_done = 0;
+  std::vector<float> params;
+  std::vector<mgpu::EpochRecord> history;
+};
+
+// A resumed run must be the run that was saved: the same batch order and the same steps.
+void check_same_recipe(const Checkpoint& ck, const Config& c, int train_examples) {
+  auto refuse = [&](const std::string& flag, const std::string& saved, const std::string& now) {
+    throw mgpu::Error(c.resume + ": the checkpoint was written by a run with " + flag + " " + saved +
+                      ", this run has " + flag + " " + now + "; resume with the settings of the saved run");
+  };
+  if (ck.seed != c.o.seed) refuse("--seed", std::to_string(ck.seed), std::to_string(c.o.seed));
+  if (ck.batch_size != c.o.batch_size)
+    refuse("--batch-size", std::to_string(ck.batch_size), std::to_string(c.o.batch_size));
+  if (ck.lr != c.o.lr) refuse("--lr", std::to_string(ck.lr), std::to_string(c.o.lr));
+  if (ck.train_examples != train_examples)
+    refuse("training images (--limit-train)", std::to_string(ck.train_examples), std::to_string(train_examples));
+}
+
+Start starting_point(const World& w, const Config& c, int train_examples) {
+  Start s;
+  s.params.resize(static_cast<std::size_t>(lenet::parameter_count()));
+  if (w.rank == 0) {
+    if (c.resume.empty()) {
+      s.params = flatten(lenet::init_params(c.o.seed, c.init_scale));
+    } else {
+      Checkpoint ck = read_checkpoint(c.resume, lenet::parameter_count());
+      check_same_recipe(ck, c, train_examples);
+      s.epochs_done = ck.epochs_done;
+      s.params = std::move(ck.params);
+      s.history = std::move(ck.history);
+    }
+  }
+  broadcast_from_rank0(w, s.params.data(), mgpu::Elements{s.params.size()});
+  broadcast_from_rank0(w, &s.epochs_done, sizeof s.epochs_done);
+  // The finished epochs' records travel as 5 numbers each, so that every rank has the whole curve.
+  std::vector<double> records;
+  for (const mgpu::EpochRecord& r : s.history)
+    records.insert(records.end(), {double(r.epoch), r.train_loss, r.train_acc, r.test_acc, r.seconds});
+  records.resize(5 * std::size_t(s.epochs_done));
+  broadcast_from_rank0(w, records.data(), records.size() * sizeof(double));
+  s.history.clear();
+  for (std::size_t i = 0; i < records.size(); i += 5)
+    s.history.push_back({static_cast<int>(records[i]), records[i + 1], records[i + 2], records[i + 3], records[i + 4]});
+  return s;
+}
+
+// Test images this rank classifies correctly.
+double test_hits(RankState& s) {
+  if (s.test_set.count == 0) return 0;  // a rank with no test images (more ranks than images)
+  return std::round(lenet::evaluate_accuracy(s.d, s.params, s.lanes, s.test_set) * s.test_set.count);
+}
+
+void save_checkpoint(const Config& c, int epochs_done, int train_examples, const RankState& s,
+                     const std::vector<mgpu::EpochRecord>& history) {
+  Checkpoint ck;
+  ck.epochs_done = epochs_done;
+  ck.seed = c.o.seed;
+  ck.batch_size = c.o.batch_size;
+  ck.lr = c.o.lr;
+  ck.train_examples = train_examples;
+  ck.history = history;
+  ck.params = flatten(s.params.download());
+  write_checkpoint(c.checkpoint, ck);
+}
+
+}  // namespace
+
+RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
+                GradientAllreduce& allreduce, mgpu::TrainingLog* log) {
+  const mgpu::Options& o = c.o;
+  Start start = starting_point(w, c, data.train.count);
+  RankState s(d, w, data, o, start.params);
+  DistributedSampler sampler(data.train.count, o.batch_size, w.size, w.rank, o.seed);
+  RunResult result;
+  result.history = start.history;
+  if (log && start.epochs_done > 0) {
+    std::printf("resumed from %s after epoch %d; its epochs, as it recorded them:\n", c.resume.c_str(),
+                start.epochs_done);
+    for (const mgpu::EpochRecord& r : start.history) log->end_epoch(r);
+  }
+
+  // No live progress line (TrainingLog::progress): mpirun gives every rank a pseudo-terminal
+  // as its stdout, even when mpirun's own output goes to a file, so a rank cannot tell.
+  for (int epoch = start.epochs_done; epoch < o.epochs; ++epoch) {
+    s.metrics.reset();
+    allreduce.synchronize(d);
+    const double t0 = now_seconds();
+    sampler.start_epoch(epoch);
+    s.order.upload(sampler.order());
+    for (int step = 0; step < sampler.steps(); ++step) {
+      inject_fault_if_due(c.fault, w, long(epoch) * sampler.steps() + step);
+      train_step(s, sampler, step, allreduce, o.lr, c.overlap);
+    }
+    allreduce.synchronize(d);
+    // The slowest rank's time: the others waited for it in every allreduce.
+    const double seconds = max_over_ranks(w, now_seconds() - t0);
+
+    const auto [loss_sum, hits] = s.metrics.read();
+    double sums[3] = {loss_sum, hits, test_hits(s)};
+    sum_over_ranks(w, sums, 3);
+    mgpu::EpochRecord r;
+    r.epoch = epoch + 1;
+    r.train_loss = sums[0] / data.train.count;
+    r.train_acc = sums[1] / data.train.count;
+    r.test_acc = sums[2] / data.test.count;
+    r.seconds = seconds;
+    result.history.push_back(r);
+    if (log) log->end_epoch(r);
+    if (!c.checkpoint.empty() && w.rank == 0) save_checkpoint(c, epoch + 1, data.train.count, s, result.history);
+  }
+  result.params = s.params.download();
+  return result;
+}
+
+std::array<StepProfile, 2> profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data,
+                                         const Config& c, GradientAllreduce& allreduce, int steps) {
+  Config fresh = c;
+  fresh.resume.clear();
+  const Start start = starting_point(w, fresh, data.train.count);
+  RankState s(d, w, data, c.o, start.params);
+  DistributedSampler sampler(data.train.count, c.o.batch_size, w.size, w.rank, c.o.seed);
+  sampler.start_epoch(0);
+  s.order.upload(sampler.order());
+  std::array<PhaseTimes, 2> times;
+  // Two warm-up steps (memory touched for the first time, MPI's and NCCL's first-call set-up),
+  // then off and on alternate, so that whatever else the machine does hits both alike.
+  for (int i = 0; i < 2 + 2 * steps; ++i) {
+    const bool overlap = i % 2 == 1;
+    train_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap, i < 2 ? nullptr : &times[overlap]);
+  }
+  std::array<StepProfile, 2> out;
+  for (int m = 0; m < 2; ++m) {
+    const PhaseTimes& t = times[m];
+    const double n = std::max(1, t.steps);
+    double ms[3] = {t.compute / n, t.wait / n, t.update / n};
+    sum_over_ranks(w, ms, 3);
+    out[m].compute = ms[0] / w.size;
+    out[m].wait = ms[1] / w.size;
+    out[m].update = ms[2] / w.size;
+    out[m].step = out[m].compute + out[m].wait + out[m].update;
+  }
+  return out;
+}
+
+}  // namespace mp

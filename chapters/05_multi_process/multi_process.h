@@ -1,0 +1,67 @@
+// Data-parallel training with one process per device: every rank runs this same code on its
+// own device and its own block of every global batch (sampler.h); the gradients meet in one
+// allreduce per step (collective.h), and every rank takes the same SGD step.
+//
+//   rank 0 ---- broadcast rank 0's initial parameters (Horovod's broadcast_parameters) ----
+//   every rank, every step:
+//     gather its block of the global batch -> forward + backward on it -> allreduce (sum)
+//     -> sgd with the global batch size: the step one process with the whole batch takes
+//   every epoch: the loss, hits and test hits of all ranks summed; rank 0 prints and writes
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "../01_lenet/lenet.h"
+#include "collective.h"
+#include "common/cli.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
+#include "world.h"
+
+namespace mp {
+
+// For the tests and the lesson on faults: rank `rank` fails at global step `step` (counted
+// from 0 over the whole run), by throwing an error (the clean path: the rank reports and
+// aborts) or by killing itself with SIGKILL (no handler runs: the launcher has to notice).
+enum class FailHow { Error, Kill };
+struct FaultInjection {
+  int rank = -1;  // -1: no fault
+  long step = -1;
+  FailHow how = FailHow::Error;
+};
+
+struct Config {
+  mgpu::Options o;  // the shared command line; o.devices is the number of ranks
+  Collective collective = Collective::Mpi;
+  bool overlap = true;     // start each layer's allreduce during backward
+  std::string checkpoint;  // rank 0 writes it after every epoch; empty: never
+  std::string resume;      // start from this checkpoint; empty: from init_params(o.seed)
+  int profile_steps = 20;  // after training: steps timed with overlap off and as many with it on
+  FaultInjection fault;
+  float init_scale = 0.01f;  // d2l's N(0, 0.01^2) weights (the tests use larger ones)
+};
+
+struct RunResult {
+  lenet::HostParams params;                // the final parameters (the same on every rank)
+  std::vector<mgpu::EpochRecord> history;  // every epoch, those restored from a checkpoint too
+};
+
+// Trains LeNet on `data` as rank w.rank of w.size, on device d, summing gradients with
+// `allreduce`. `log` (rank 0 only; nullptr elsewhere) gets one line per epoch.
+RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
+                GradientAllreduce& allreduce, mgpu::TrainingLog* log);
+
+// Where one step's time goes, in ms, averaged over the steps and over the ranks.
+struct StepProfile {
+  double step = 0;     // all of it
+  double compute = 0;  // gather, forward, backward (with overlap: starting each layer's sum)
+  double wait = 0;     // finish(): waiting for the allreduce
+  double update = 0;   // the SGD step
+};
+// Times `steps` steps with overlap off and `steps` with it on, alternating, from fresh
+// parameters; the device is synchronized between phases. [0]: off, [1]: on.
+std::array<StepProfile, 2> profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data,
+                                         const Config& c, GradientAllreduce& allreduce, int steps);
+
+}  // namespace mp

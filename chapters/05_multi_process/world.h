@@ -1,0 +1,69 @@
+// Who this process is among all the processes of a run, and the few MPI calls the chapter makes
+// besides the gradient allreduce (collective.h): all of them checked.
+//
+// mpirun -np K (or srun) starts K copies of the program. Each asks MPI for
+//   rank        its number among all K, 0..K-1       (torch.distributed: RANK)
+//   size        K                                     (WORLD_SIZE)
+//   local rank  its number among the processes on its own machine (LOCAL_RANK), found by
+//               splitting the world into groups that share memory (MPI_COMM_TYPE_SHARED);
+//               it picks the GPU, since GPUs are numbered per machine.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/device.h"
+
+namespace mp {
+
+// Every MPI call goes through this: a failure throws mgpu::Error naming the call, the file and
+// line, and MPI's own error string. (MpiSession makes MPI return errors instead of aborting.)
+void check_mpi(int status, const char* call, const char* file, int line);
+#define MGPU_CHECK_MPI(call) ::mp::check_mpi((call), #call, __FILE__, __LINE__)
+
+// MPI counts are ints; element counts here are std::size_t. Refuses what an int cannot hold.
+int mpi_count(mgpu::Elements n);
+
+// MPI_Init_thread in the constructor, MPI_Finalize in the destructor. Only the main thread
+// calls MPI (MPI_THREAD_FUNNELED): OpenMP's threads compute, they never communicate.
+class MpiSession {
+ public:
+  MpiSession(int& argc, char**& argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+struct World {
+  MPI_Comm comm = MPI_COMM_NULL;  // the processes of the run (not owned)
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // among the processes on this machine
+  std::string host;                    // this machine's name
+};
+
+// Who this process is in `comm` (MPI_COMM_WORLD in the program; MPI_COMM_SELF makes a world of
+// one, which the tests use as the one-process reference).
+World describe_world(MPI_Comm comm);
+
+// One line per rank, gathered on rank 0 (empty on the others): "rank 1: host vm, local rank 1 of 2, <what>".
+std::string gather_lines(const World& w, const std::string& what);
+
+// values[0..count) summed over all ranks; every rank gets the sums.
+void sum_over_ranks(const World& w, double* values, int count);
+double max_over_ranks(const World& w, double value);
+// The lowest rank for which `yes` holds, or w.size when it holds for none: for decisions every
+// rank must take together, such as stopping.
+int first_rank_where(const World& w, bool yes);
+// Rank 0's n floats (or bytes) copied to every rank: Horovod's broadcast_parameters.
+void broadcast_from_rank0(const World& w, float* data, mgpu::Elements n);
+void broadcast_from_rank0(const World& w, void* bytes, std::size_t count);
+
+// The fault path. An error on one rank must stop all of them: the others are waiting for it in
+// the next collective and would wait forever. abort_all() calls MPI_Abort on MPI_COMM_WORLD,
+// which makes mpirun or srun kill every process of the run. (An NCCL communicator is aborted
+// before that, by its destructor, as the error unwinds the stack: see collective.cpp.)
+[[noreturn]] void abort_all(int exit_code);
+
+}  // namespace mp

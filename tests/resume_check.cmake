@@ -1,0 +1,52 @@
+# Chapter 05's checkpoints, end to end: a run of 3 epochs, and the same run stopped after 2 and
+# resumed from its checkpoint to 3, must print the same curve.
+#   cmake -DLAUNCH="<mpiexec -n 2 ...>" -DPROGRAM=<05_multi_process> -DOUT=<dir> -P resume_check.cmake
+# An empty LAUNCH (no mpiexec) prints "mpiexec not found", which the test reports as skipped.
+foreach(var LAUNCH PROGRAM OUT)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "resume_check.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+if(NOT LAUNCH)
+  message("mpiexec not found: the tests that launch several processes cannot run")
+  return()
+endif()
+separate_arguments(launch UNIX_COMMAND "${LAUNCH}")
+set(recipe --limit-train 600 --batch-size 50 --lr 0.5 --profile-steps 0)
+file(REMOVE_RECURSE "${OUT}")
+
+function(run label)
+  execute_process(COMMAND ${launch} ${PROGRAM} ${recipe} ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err TIMEOUT 120)
+  message("--- ${label}: exit status ${status}\n${out}${err}")
+  if(NOT status STREQUAL "0")
+    message(FATAL_ERROR "${label} failed")
+  endif()
+endfunction()
+
+run("uninterrupted, 3 epochs" --epochs 3 --out ${OUT}/whole)
+run("stopped after 2 epochs" --epochs 2 --checkpoint ${OUT}/run.ckpt --out ${OUT}/parts)
+if(EXISTS ${OUT}/run.ckpt.tmp OR NOT EXISTS ${OUT}/run.ckpt)
+  message(FATAL_ERROR "the checkpoint should be ${OUT}/run.ckpt, with no .tmp left")
+endif()
+run("resumed to 3 epochs" --epochs 3 --resume ${OUT}/run.ckpt --out ${OUT}/parts)
+
+# The CSVs' columns epoch, loss, train acc, test acc must agree in every row (the seconds differ).
+foreach(part whole parts)
+  file(GLOB csv "${OUT}/${part}/*.csv")
+  file(STRINGS "${csv}" rows)
+  set(curve "")
+  foreach(row IN LISTS rows)
+    string(REGEX REPLACE ",[^,]*$" "" row "${row}")  # drop the seconds
+    list(APPEND curve "${row}")
+  endforeach()
+  set(${part} "${curve}")
+endforeach()
+list(LENGTH whole n)
+if(NOT n EQUAL 4)
+  message(FATAL_ERROR "the uninterrupted run's CSV should hold a header and 3 epochs: ${whole}")
+endif()
+if(NOT whole STREQUAL parts)
+  message(FATAL_ERROR "the resumed run's curve differs from the uninterrupted one:\n  whole: ${whole}\n  parts: ${parts}")
+endif()
+message("the same curve: ${whole}")

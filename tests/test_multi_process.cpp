@@ -1,0 +1,250 @@
+// Chapter 05 across processes. Launched by ctest as `mpirun -np K test_multi_process` (K = 2
+// and 3): every rank runs every test case, and the ranks meet in the collectives inside them.
+// The reference for "what one process computes" is the same training on MPI_COMM_SELF, a
+// world of one, run by rank 0 alone.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "chapters/05_multi_process/checkpoint.h"
+#include "chapters/05_multi_process/collective.h"
+#include "chapters/05_multi_process/multi_process.h"
+#include "chapters/05_multi_process/rank_device.h"
+#include "chapters/05_multi_process/world.h"
+#include "common/random.h"
+#include "helpers.h"
+
+namespace {
+
+constexpr int kPixels = 28 * 28;
+
+mp::World world() { return mp::describe_world(MPI_COMM_WORLD); }
+mp::World alone() { return mp::describe_world(MPI_COMM_SELF); }
+
+mgpu::LabeledImages random_set(int n, mgpu::Rng& rng) {
+  mgpu::LabeledImages s;
+  s.count = n;
+  s.rows = s.cols = 28;
+  s.pixels = testing::random_floats(std::size_t(n) * kPixels, rng, 0.0, 1.0);
+  for (int i = 0; i < n; ++i) s.labels.push_back(static_cast<std::int32_t>(rng.below(10)));
+  return s;
+}
+
+// The same small dataset on every rank: 28 training examples in global batches of 13 make
+// batches of 13, 13 and 2, so blocks are uneven (13 = 7 + 6 = 5 + 4 + 4) and, on 3 ranks, the
+// last batch leaves rank 2 with nothing.
+mgpu::FashionMnist small_data() {
+  mgpu::Rng rng(2024);
+  mgpu::FashionMnist data;
+  data.dir = "(random)";
+  data.train = random_set(28, rng);
+  data.test = random_set(23, rng);
+  return data;
+}
+
+// Weights ten times d2l's, so that a few steps move every tensor measurably.
+mp::Config small_config(int epochs) {
+  mp::Config c;
+  c.o.epochs = epochs;
+  c.o.batch_size = 13;
+  c.o.lr = 0.5f;
+  c.o.seed = 7;
+  c.init_scale = 0.1f;
+  c.profile_steps = 0;
+  return c;
+}
+
+mp::RunResult train(const mp::World& w, const mp::Config& c) {
+  const mp::RankDevice device(w);
+  const auto allreduce = mp::make_allreduce(mp::Collective::Mpi, w, device.device(), device.ranks_per_gpu());
+  return mp::train(w, device.device(), small_data(), c, *allreduce, nullptr);
+}
+
+std::vector<float> flat(const lenet::HostParams& p) {
+  std::vector<float> f;
+  for (const auto& t : p) f.insert(f.end(), t.begin(), t.end());
+  return f;
+}
+
+lenet::HostParams shaped(const std::vector<float>& f) {
+  lenet::HostParams p;
+  for (int t = 0; t < lenet::kParamTensors; ++t)
+    p.emplace_back(f.begin() + lenet::offset_of(t), f.begin() + lenet::offset_of(t) + lenet::kParams[t].count);
+  return p;
+}
+
+// rank 0's vector, on every rank.
+std::vector<float> from_rank0(const mp::World& w, std::vector<float> v) {
+  mp::broadcast_from_rank0(w, v.data(), mgpu::Elements{v.size()});
+  return v;
+}
+
+// got and want differ only by the order of float additions: per tensor, no element is further
+// apart than a thousandth of how far the tensor moved from `start` (plus 1e-5). And each
+// tensor did move, or the comparison would say nothing.
+void check_same_training(const lenet::HostParams& got, const lenet::HostParams& want, const lenet::HostParams& start,
+                         const std::string& what) {
+  for (int t = 0; t < lenet::kParamTensors; ++t) {
+    CAPTURE(what);
+    CAPTURE(lenet::kParams[t].name);
+    double worst = 0, moved = 0;
+    for (std::size_t j = 0; j < want[t].size(); ++j) {
+      worst = std::max(worst, double(std::abs(got[t][j] - want[t][j])));
+      moved = std::max(moved, double(std::abs(want[t][j] - start[t][j])));
+    }
+    CHECK(moved > 1e-4);
+    CHECK(worst <= 1e-5 + 1e-3 * moved);
+  }
+}
+
+lenet::HostParams initial_params() { return lenet::init_params(small_config(1).o.seed, small_config(1).init_scale); }
+
+TEST_CASE("K processes with global batch B end with the parameters of one process with batch B") {
+  const mp::World w = world();
+  CAPTURE(w.size);
+  for (bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    mp::Config c = small_config(2);  // 2 epochs of 3 steps
+    c.overlap = overlap;
+    const mp::RunResult many = train(w, c);
+    // Every rank holds the very same numbers: they all took the same summed step.
+    const std::vector<float> mine = flat(many.params);
+    CHECK(mine == from_rank0(w, mine));
+
+    std::vector<float> one(mine.size());
+    if (w.rank == 0) one = flat(train(alone(), c).params);
+    check_same_training(many.params, shaped(from_rank0(w, one)), initial_params(), "K processes vs one");
+  }
+}
+
+TEST_CASE("every rank starts from rank 0's parameters, not from its own draw") {
+  const mp::World w = world();
+  const std::vector<float> same_draw = flat(train(w, small_config(1)).params);
+  // Each rank now asks for other initial weights; only rank 0's request counts, because rank 0
+  // draws and broadcasts, and the others never draw.
+  mp::Config c = small_config(1);
+  c.init_scale = 0.1f * float(w.rank + 1);
+  const std::vector<float> own_draw = flat(train(w, c).params);
+  CHECK(own_draw == same_draw);
+}
+
+TEST_CASE("overlap on and overlap off give the same parameters") {
+  const mp::World w = world();
+  mp::Config c = small_config(2);
+  c.overlap = false;
+  const mp::RunResult off = train(w, c);
+  c.overlap = true;
+  const mp::RunResult on = train(w, c);
+  // The same sums of the same numbers; only MPI's choice of algorithm per message size (one
+  // bucket or four slices) may change the order in which the ranks' values are added.
+  check_same_training(on.params, off.params, initial_params(), "overlap on vs off");
+  CHECK(on.history.size() == off.history.size());
+}
+
+TEST_CASE("evaluation split across ranks counts the same hits as evaluation on rank 0 alone") {
+  const mp::World w = world();
+  mp::Config c = small_config(2);
+  c.o.eval_all_devices = true;
+  const mp::RunResult split = train(w, c);
+  c.o.eval_all_devices = false;  // --eval device0
+  const mp::RunResult rank0 = train(w, c);
+  REQUIRE(split.history.size() == 2);
+  for (std::size_t e = 0; e < split.history.size(); ++e) {
+    CAPTURE(e);
+    CHECK(split.history[e].test_acc == rank0.history[e].test_acc);  // same parameters, same images
+    CHECK(split.history[e].train_loss == doctest::Approx(rank0.history[e].train_loss).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("checkpoint after epoch 1, resume: the uninterrupted run, on the same and on another rank count") {
+  const mp::World w = world();
+  // Only rank 0 writes and reads checkpoints; the name is its own.
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("mgpu-test-resume-" + std::to_string(getpid()) + ".ckpt")).string();
+  const mp::RunResult uninterrupted = train(w, small_config(3));
+
+  mp::Config first = small_config(1);
+  first.checkpoint = file;
+  train(w, first);
+  mp::Config rest = small_config(3);
+  rest.resume = file;
+  const mp::RunResult resumed = train(w, rest);
+  // Same ranks, same start, same batches: the same arithmetic, bit for bit.
+  CHECK(flat(resumed.params) == flat(uninterrupted.params));
+  REQUIRE(resumed.history.size() == 3);
+  for (std::size_t e = 0; e < 3; ++e) {
+    CAPTURE(e);
+    CHECK(resumed.history[e].epoch == uninterrupted.history[e].epoch);
+    CHECK(resumed.history[e].train_loss == uninterrupted.history[e].train_loss);
+    CHECK(resumed.history[e].test_acc == uninterrupted.history[e].test_acc);
+  }
+
+  // Rank 0 alone resumes what K ranks saved: the same run up to the order of float additions.
+  if (w.rank == 0) {
+    const mp::RunResult alone_resumed = train(alone(), rest);
+    check_same_training(alone_resumed.params, uninterrupted.params, initial_params(), "resumed on one process");
+
+    // A resume with another recipe is refused, naming the flag.
+    mp::Config other = rest;
+    other.o.batch_size = 14;
+    CHECK_THROWS_WITH_AS(train(alone(), other), doctest::Contains("--batch-size 13, this run has --batch-size 14"),
+                         mgpu::Error);
+    std::filesystem::remove(file);
+  }
+}
+
+TEST_CASE("the collective sums every element over the ranks, as one bucket and layer by layer") {
+  const mp::World w = world();
+  const mp::RankDevice device(w);
+  const auto allreduce = mp::make_allreduce(mp::Collective::Mpi, w, device.device(), device.ranks_per_gpu());
+  // Rank r contributes (r + 1) * v with v the same everywhere: the sum is K(K+1)/2 * v.
+  mgpu::Rng rng(9);
+  lenet::HostParams v;
+  for (const lenet::ParamInfo& p : lenet::kParams) v.push_back(testing::random_floats(p.count, rng));
+  const double factor = w.size * (w.size + 1) / 2.0;
+  for (bool by_layer : {false, true}) {
+    CAPTURE(by_layer);
+    lenet::HostParams mine = v;
+    for (auto& t : mine)
+      for (float& x : t) x *= float(w.rank + 1);
+    lenet::Params g = lenet::upload_params(device.device(), mine, lenet::Layout::Flat);
+    if (by_layer)
+      for (int layer = lenet::kLayers - 1; layer >= 0; --layer) allreduce->start_layer(g, layer);
+    allreduce->finish(g);
+    const lenet::HostParams got = g.download();
+    for (int t = 0; t < lenet::kParamTensors; ++t) {
+      CAPTURE(lenet::kParams[t].name);
+      std::size_t wrong = 0;
+      for (std::size_t j = 0; j < got[t].size(); ++j)
+        if (std::abs(got[t][j] - factor * v[t][j]) > 1e-5 * (1 + std::abs(factor * v[t][j]))) ++wrong;
+      CHECK(wrong == 0);
+    }
+  }
+  // Layers out of order would make ranks issue different collectives: refused before any is.
+  lenet::Params g = lenet::zero_params(device.device(), lenet::Layout::Flat);
+  CHECK_THROWS_WITH_AS(allreduce->start_layer(g, 0), doctest::Contains("out of order"), mgpu::Error);
+}
+
+}  // namespace
+
+// Each rank runs doctest and reports its own failures; mpirun's exit status is non-zero when
+// any rank's is.
+int main(int argc, char** argv) {
+  if (mgpu::kCudaBackend && mgpu::gpu_count() == 0) {
+    std::printf("no GPU answers: skipping test_multi_process\n");
+    return mgpu::kExitNotApplicable;
+  }
+  mp::MpiSession mpi(argc, argv);
+  doctest::Context context(argc, argv);
+  // mpirun hands each rank a pseudo-terminal, so doctest would colour output that goes to a log.
+  context.setOption("no-colors", true);
+  const int rank = mp::describe_world(MPI_COMM_WORLD).rank;
+  if (rank != 0) context.setOption("minimal", true);  // one summary, from rank 0; failures from all
+  return context.run();
+}
