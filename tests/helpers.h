@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "chapters/01_lenet/lenet.h"
 #include "common/device.h"
+#include "common/fashion_mnist.h"
 #include "common/random.h"
 #include "reference.h"
 
@@ -21,6 +24,16 @@ inline std::vector<float> random_floats(std::size_t n, mgpu::Rng& rng, double lo
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(lo + (hi - lo) * rng.uniform());
   return v;
+}
+
+// n random images [n][28][28] with pixels in [0, 1) and random labels, on the host.
+inline mgpu::LabeledImages random_set(int n, mgpu::Rng& rng) {
+  mgpu::LabeledImages s;
+  s.count = n;
+  s.rows = s.cols = 28;
+  s.pixels = random_floats(std::size_t(n) * 28 * 28, rng, 0.0, 1.0);
+  for (int i = 0; i < n; ++i) s.labels.push_back(static_cast<std::int32_t>(rng.below(10)));
+  return s;
 }
 
 // A buffer on d holding a copy of `host`.
@@ -116,6 +129,24 @@ void check_gradient(const std::vector<float>& got, ref::Tensor& theta, const std
     expected.push_back(central_difference(theta, i, eps, loss));
   }
   check_close(probed, expected, rtol, what + " vs finite differences", &at);
+}
+
+// got and want differ only by the order of float additions: per tensor, no element is further
+// apart than a thousandth of how far the tensor moved from `start` (plus 1e-5). And each
+// tensor did move, or the comparison would say nothing.
+inline void check_same_training(const lenet::HostParams& got, const lenet::HostParams& want,
+                                const lenet::HostParams& start, const std::string& what) {
+  for (int t = 0; t < lenet::kParamTensors; ++t) {
+    CAPTURE(what);
+    CAPTURE(lenet::kParams[t].name);
+    double worst = 0, moved = 0;
+    for (std::size_t j = 0; j < want[t].size(); ++j) {
+      worst = std::max(worst, double(std::abs(got[t][j] - want[t][j])));
+      moved = std::max(moved, double(std::abs(want[t][j] - start[t][j])));
+    }
+    CHECK(moved > 1e-4);
+    CHECK(worst <= 1e-5 + 1e-3 * moved);
+  }
 }
 
 }  // namespace testing

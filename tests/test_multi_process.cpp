@@ -22,19 +22,11 @@
 
 namespace {
 
-constexpr int kPixels = 28 * 28;
+using testing::check_same_training;
+using testing::random_set;
 
 mp::World world() { return mp::describe_world(MPI_COMM_WORLD); }
 mp::World alone() { return mp::describe_world(MPI_COMM_SELF); }
-
-mgpu::LabeledImages random_set(int n, mgpu::Rng& rng) {
-  mgpu::LabeledImages s;
-  s.count = n;
-  s.rows = s.cols = 28;
-  s.pixels = testing::random_floats(std::size_t(n) * kPixels, rng, 0.0, 1.0);
-  for (int i = 0; i < n; ++i) s.labels.push_back(static_cast<std::int32_t>(rng.below(10)));
-  return s;
-}
 
 // The same small dataset on every rank: 28 training examples in global batches of 13 make
 // batches of 13, 13 and 2, so blocks are uneven (13 = 7 + 6 = 5 + 4 + 4) and, on 3 ranks, the
@@ -83,24 +75,6 @@ lenet::HostParams shaped(const std::vector<float>& f) {
 std::vector<float> from_rank0(const mp::World& w, std::vector<float> v) {
   mp::broadcast_from_rank0(w, v.data(), mgpu::Elements{v.size()});
   return v;
-}
-
-// got and want differ only by the order of float additions: per tensor, no element is further
-// apart than a thousandth of how far the tensor moved from `start` (plus 1e-5). And each
-// tensor did move, or the comparison would say nothing.
-void check_same_training(const lenet::HostParams& got, const lenet::HostParams& want, const lenet::HostParams& start,
-                         const std::string& what) {
-  for (int t = 0; t < lenet::kParamTensors; ++t) {
-    CAPTURE(what);
-    CAPTURE(lenet::kParams[t].name);
-    double worst = 0, moved = 0;
-    for (std::size_t j = 0; j < want[t].size(); ++j) {
-      worst = std::max(worst, double(std::abs(got[t][j] - want[t][j])));
-      moved = std::max(moved, double(std::abs(want[t][j] - start[t][j])));
-    }
-    CHECK(moved > 1e-4);
-    CHECK(worst <= 1e-5 + 1e-3 * moved);
-  }
 }
 
 lenet::HostParams initial_params() { return lenet::init_params(small_config(1).o.seed, small_config(1).init_scale); }

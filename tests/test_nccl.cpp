@@ -12,6 +12,7 @@
 #include "../chapters/03_ring_allreduce/ring.h"
 #include "../chapters/04_nccl/nccl_allreduce.h"
 #include "common/random.h"
+#include "data_parallel_checks.h"
 #include "helpers.h"
 
 namespace {
@@ -48,20 +49,11 @@ TEST_CASE("ncclAllReduce (sum) on the flat bucket equals the ring, element by el
   }
 }
 
+// 3 steps of 24 random images on every device; the last device's final parameters.
 lenet::HostParams train_steps(const mgpu::DeviceSet& devices, dp::GradientAllreduce& allreduce) {
-  const int k = devices.size(), batch = 24, steps = 3;
+  const int batch = 24, steps = 3;
   mgpu::Rng rng(11);
-  const std::vector<float> X = random_floats(std::size_t(batch) * steps * kPixels, rng, 0.0, 1.0);
-  std::vector<std::int32_t> y(std::size_t(batch) * steps);
-  for (auto& label : y) label = static_cast<std::int32_t>(rng.below(10));
-  std::vector<dp::Replica> replicas;
-  replicas.reserve(k);
-  for (int i = 0; i < k; ++i)
-    replicas.emplace_back(devices[i], lenet::init_params(7, 0.1f), dp::shard_sizes(batch, k)[0], allreduce.layout());
-  for (int s = 0; s < steps; ++s)
-    dp::train_batch(X.data() + std::size_t(s) * batch * kPixels, y.data() + std::size_t(s) * batch, batch, replicas,
-                    allreduce, 0.5f);
-  return replicas.back().params.download();
+  return testing::train_steps(devices, allreduce, testing::random_set(batch * steps, rng), batch, steps, 0.5f).back();
 }
 
 TEST_CASE("training steps with ncclSum and with ncclAvg equal steps with the ring") {
@@ -74,17 +66,7 @@ TEST_CASE("training steps with ncclSum and with ncclAvg equal steps with the rin
   const lenet::HostParams init = lenet::init_params(7, 0.1f);
   const lenet::HostParams want = train_steps(devices, ring);
   for (dp::GradientAllreduce* way : {static_cast<dp::GradientAllreduce*>(&sum), static_cast<dp::GradientAllreduce*>(&avg)}) {
-    const lenet::HostParams got = train_steps(devices, *way);
-    for (int t = 0; t < lenet::kParamTensors; ++t) {
-      CAPTURE(lenet::kParams[t].name);
-      double worst = 0, moved = 0;
-      for (std::size_t j = 0; j < init[t].size(); ++j) {
-        worst = std::max(worst, double(std::abs(got[t][j] - want[t][j])));
-        moved = std::max(moved, double(std::abs(want[t][j] - init[t][j])));
-      }
-      CHECK(moved > 1e-4);
-      CHECK(worst <= 1e-5 + 1e-3 * moved);
-    }
+    testing::check_same_training(train_steps(devices, *way), want, init, "NCCL vs ring");
   }
 }
 

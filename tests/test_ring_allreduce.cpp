@@ -14,6 +14,7 @@
 #include "../chapters/03_ring_allreduce/cost_model.h"
 #include "../chapters/03_ring_allreduce/ring.h"
 #include "common/random.h"
+#include "data_parallel_checks.h"
 #include "helpers.h"
 
 namespace {
@@ -43,31 +44,10 @@ TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n 
 // Every element of every device's buffer must be the sum over devices of random inputs
 // (compared with a double-precision sum: the ring adds in another order than a loop does).
 void check_ring(int k, std::size_t n) {
-  CAPTURE(k);
-  CAPTURE(n);
-  mgpu::DeviceSet devices(k);
-  mgpu::Rng rng(1000 + 17 * k + n);
-  std::vector<double> sum(n, 0.0);
-  std::vector<mgpu::Buffer<float>> buffers;
-  std::vector<float*> data;
-  for (int i = 0; i < k; ++i) {
-    const std::vector<float> host = random_floats(n, rng);
-    for (std::size_t j = 0; j < n; ++j) sum[j] += host[j];
-    buffers.emplace_back(devices[i], n);
-    buffers.back().upload(host);
-    data.push_back(buffers.back().data());
-  }
-  ring::RingAllreduce allreduce(devices, n);
-  allreduce.run(data, Elements{n});
-  devices.synchronize();
-  for (int i = 0; i < k; ++i) {
-    CAPTURE(i);
-    const std::vector<float> got = buffers[i].download();
-    std::size_t wrong = 0;
-    for (std::size_t j = 0; j < n; ++j)
-      if (!(std::abs(got[j] - sum[j]) <= 1e-5 * (1 + std::abs(sum[j])))) ++wrong;
-    CHECK(wrong == 0);
-  }
+  testing::check_allreduce_sums(k, n, 1000 + 17 * k + n,
+                                [](const mgpu::DeviceSet& devices, const std::vector<float*>& data, Elements n) {
+                                  ring::RingAllreduce(devices, n.count).run(data, n);
+                                });
 }
 
 TEST_CASE("ring allreduce: every element on every device is the sum, k = 1..8, awkward sizes") {
@@ -158,28 +138,16 @@ TEST_CASE("the flat bucket: 129,068 floats, eight views at the right offsets, wr
   CHECK_THROWS_AS(separate.flat(), mgpu::Error);
 }
 
-// `steps` steps of `batch` random images on k devices, gradients summed by the allreduce that
+// 4 steps of 13 random images on k devices, gradients summed by the allreduce that
 // make_allreduce builds; every device's final parameters.
 std::vector<lenet::HostParams> train_steps(
     int k, const std::function<std::unique_ptr<dp::GradientAllreduce>(const mgpu::DeviceSet&)>& make_allreduce) {
   const int batch = 13, steps = 4;
   mgpu::Rng rng(77);
-  const std::vector<float> X = random_floats(std::size_t(batch) * steps * kPixels, rng, 0.0, 1.0);
-  std::vector<std::int32_t> y(std::size_t(batch) * steps);
-  for (auto& label : y) label = static_cast<std::int32_t>(rng.below(10));
-
+  const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
   mgpu::DeviceSet devices(k);
   const std::unique_ptr<dp::GradientAllreduce> allreduce = make_allreduce(devices);
-  std::vector<dp::Replica> replicas;
-  replicas.reserve(k);
-  for (int i = 0; i < k; ++i)
-    replicas.emplace_back(devices[i], lenet::init_params(7, 0.1f), dp::shard_sizes(batch, k)[0], allreduce->layout());
-  for (int s = 0; s < steps; ++s)
-    dp::train_batch(X.data() + std::size_t(s) * batch * kPixels, y.data() + std::size_t(s) * batch, batch, replicas,
-                    *allreduce, 0.5f);
-  std::vector<lenet::HostParams> out;
-  for (auto& r : replicas) out.push_back(r.params.download());
-  return out;
+  return testing::train_steps(devices, *allreduce, set, batch, steps, 0.5f);
 }
 
 TEST_CASE("training with the ring takes the steps that training with chapter 02's allreduce takes") {
@@ -189,19 +157,8 @@ TEST_CASE("training with the ring takes the steps that training with chapter 02'
     const auto naive = train_steps(k, [](const mgpu::DeviceSet& d) { return std::make_unique<dp::Allreduce>(d); });
     const auto ring =
         train_steps(k, [](const mgpu::DeviceSet& d) { return std::make_unique<ring::RingAllreduce>(d); });
-    for (int i = 0; i < k; ++i)
-      for (int t = 0; t < lenet::kParamTensors; ++t) {
-        CAPTURE(i);
-        CAPTURE(lenet::kParams[t].name);
-        double worst = 0, moved = 0;
-        for (std::size_t j = 0; j < init[t].size(); ++j) {
-          worst = std::max(worst, double(std::abs(ring[i][t][j] - naive[0][t][j])));
-          moved = std::max(moved, double(std::abs(naive[0][t][j] - init[t][j])));
-        }
-        CHECK(moved > 1e-4);  // the steps changed this tensor: the comparison means something
-        // Same sums in another order: equal to float rounding (and every ring replica agrees).
-        CHECK(worst <= 1e-5 + 1e-3 * moved);
-      }
+    // Same sums in another order: equal to float rounding (and every ring replica agrees).
+    for (int i = 0; i < k; ++i) testing::check_same_training(ring[i], naive[0], init, "ring device " + std::to_string(i));
   }
 }
 
