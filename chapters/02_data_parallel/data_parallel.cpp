@@ -31,6 +31,12 @@ std::size_t largest_tensor() {
 
 }  // namespace
 
+std::vector<float*> flat_gradients(std::vector<Replica>& replicas) {
+  std::vector<float*> data;
+  for (Replica& r : replicas) data.push_back(r.grads.flat());
+  return data;
+}
+
 Allreduce::Allreduce(const DeviceSet& devices, lenet::Layout layout, std::size_t max_elements)
     : devices_(devices),
       layout_(layout),
@@ -75,14 +81,12 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
 }
 
 void Allreduce::run(std::vector<Replica>& replicas) {
-  std::vector<float*> data;
   if (layout_ == lenet::Layout::Flat) {  // one transfer of everything
-    for (Replica& r : replicas) data.push_back(r.grads.flat());
-    run(data, mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
+    run(flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
     return;
   }
   for (int t = 0; t < lenet::kParamTensors; ++t) {  // eight transfers, one per tensor
-    data.clear();
+    std::vector<float*> data;
     for (Replica& r : replicas) data.push_back(r.grads.tensors[t]);
     run(data, mgpu::Elements{static_cast<std::size_t>(lenet::kParams[t].count)});
   }

@@ -52,6 +52,10 @@ class GradientAllreduce {
   virtual float result_scale() const { return 1.0f; }
 };
 
+// Every replica's flat gradient bucket (129,068 floats each): what a collective that sums
+// everything in one call is given. Throws if the replicas store their gradients PerTensor.
+std::vector<float*> flat_gradients(std::vector<Replica>& replicas);
+
 // d2l's allreduce: device 0 pulls every other device's gradient (cudaMemcpyPeerAsync into a
 // staging buffer), adds it to its own, then every device pulls the sum back. Ordered with
 // events, never by waiting on the host: each device's stream waits for exactly the work it

@@ -71,9 +71,7 @@ void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
 }
 
 void RingAllreduce::run(std::vector<dp::Replica>& replicas) {
-  std::vector<float*> data;
-  for (dp::Replica& r : replicas) data.push_back(r.grads.flat());  // throws if not Flat
-  run(data, Elements{static_cast<std::size_t>(lenet::parameter_count())});
+  run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::parameter_count())});
 }
 
 }  // namespace ring

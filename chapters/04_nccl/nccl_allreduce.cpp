@@ -43,9 +43,7 @@ void NcclAllreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
 }
 
 void NcclAllreduce::run(std::vector<dp::Replica>& replicas) {
-  std::vector<float*> data;
-  for (dp::Replica& r : replicas) data.push_back(r.grads.flat());
-  run(data, mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
+  run(dp::flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
 }
 
 float NcclAllreduce::result_scale() const {
