@@ -7,6 +7,13 @@
 //
 // Buffer<T> is an array of T on one device. Sizes are element counts everywhere; the
 // only place that turns them into bytes is inside this file's functions.
+//
+// Two of CUDA's rules are checked here in BOTH builds, so that the cpu build (which CI runs)
+// refuses what would fail on GPUs:
+//   - an Event belongs to one device and may be recorded only on that device's streams;
+//   - a kernel or copy on device d touches only memory allocated on d (a peer copy reads its
+//     source device's memory: that is what it is for). Memory moves between devices by
+//     copy_peer, never by a kernel reading another device's buffer.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -20,6 +27,7 @@ namespace mgpu {
 struct Device {
   int index = 0;  // logical device, 0..k-1
   int gpu = -1;   // physical GPU ordinal (cuda build); -1 in the cpu build
+  int id = -1;    // unique in this process (DeviceSet assigns it): who owns an event or a buffer
 #if MGPU_CUDA
   cudaStream_t stream = nullptr;  // all of this device's work is queued here
   cublasHandle_t blas = nullptr;  // bound to `stream`
@@ -33,7 +41,11 @@ int gpu_count();
 // Owns k logical devices: streams and handles are created here and destroyed with it.
 class DeviceSet {
  public:
+  // Logical device i on GPU i % gpu_count() (cuda build).
   explicit DeviceSet(int k);
+  // Logical device i on GPU gpus[i % gpus.size()] (cuda build; chapter 05 gives each process
+  // the one GPU its local rank picks). The cpu build ignores `gpus`.
+  DeviceSet(int k, const std::vector<int>& gpus);
   ~DeviceSet();
   DeviceSet(const DeviceSet&) = delete;
   DeviceSet& operator=(const DeviceSet&) = delete;
@@ -50,6 +62,12 @@ class DeviceSet {
 
 void activate(const Device& d);     // make d current for the calls that follow (cudaSetDevice)
 void synchronize(const Device& d);  // wait for all work queued on d
+// Whether d has finished all work queued on it so far, without waiting (cudaStreamQuery).
+bool idle(const Device& d);
+
+// Throws, naming `call`, unless [p, p + bytes) lies inside one allocation made on d. Every
+// copy below checks its pointers; kernels that take pointers check them too (add_into, gemm).
+void check_owned(const Device& d, const void* p, std::size_t bytes, const char* call);
 
 // Untyped primitives behind Buffer<T>; `bytes` is always count * sizeof(T), computed there.
 void* device_allocate(const Device& d, std::size_t bytes);
@@ -69,20 +87,28 @@ struct Elements {
 };
 
 // A point in one device's stream of work that other devices can wait for, so that devices
-// are ordered with each other without the host waiting for any of them. (cpu: work is done
-// when the call returns, so there is nothing to wait for.)
+// are ordered with each other without the host waiting for any of them. An event belongs to
+// the device it was made for (CUDA creates it on that GPU) and can mark only that device's
+// work: record() on any other device is refused, in both builds. Any device may wait for it.
+// (cpu: work is done when the call returns, so there is nothing to wait for.)
 class Event {
  public:
-  Event();
+  explicit Event(const Device& owner);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  void record(const Device& d);        // marks "everything queued on d so far"
-  void make_wait(const Device& d);     // work queued on d from now on starts after that mark
+  // Marks "everything queued on d so far". d must be the owner (or the owner's device with
+  // another stream, as chapter 05's copy and NCCL streams are).
+  void record(const Device& d);
+  void make_wait(const Device& d);  // work queued on d from now on starts after that mark
+  bool done() const;                // has the marked work finished? (the host does not wait)
+  void synchronize() const;         // the host waits for the marked work
  private:
+  void check_recorded(const char* call) const;
+  Device owner_;
+  bool recorded_ = false;
 #if MGPU_CUDA
   cudaEvent_t event_ = nullptr;
-  int gpu_ = -1;
 #endif
 };
 
@@ -137,6 +163,7 @@ class Buffer {
 // Copies n elements from src on device `from` to dst on device `to`; queued on `to`.
 template <class T>
 void copy_peer(const Device& to, T* dst, const Device& from, const T* src, Elements n) {
+  // n.count * sizeof(T): the one place a peer copy's element count becomes bytes.
   copy_bytes_peer(to, dst, from, src, n.count * sizeof(T));
 }
 

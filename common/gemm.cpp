@@ -18,6 +18,14 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   const int lda = ta == Transpose::No ? K : M;
   const int ldb = tb == Transpose::No ? N : K;
   const int ldc = N;
+  // All three matrices must be d's own memory (a GPU cannot multiply another GPU's arrays
+  // without peer access, which this repository never relies on).
+  const auto bytes = [](int rows, int cols) { return std::size_t(rows) * std::size_t(cols) * sizeof(float); };
+  if (K > 0) {
+    check_owned(d, A, bytes(M, K), "gemm (A)");
+    check_owned(d, B, bytes(K, N), "gemm (B)");
+  }
+  check_owned(d, C, bytes(M, N), "gemm (C)");
 #if MGPU_CUDA
   // cuBLAS is column-major. A row-major C is a column-major C^T, and C^T = op(B)^T op(A)^T:
   // so we ask cuBLAS for that product, with A and B swapped, and nothing is copied.
@@ -26,7 +34,6 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   activate(d);
   MGPU_CHECK_CUBLAS(cublasSgemm(d.blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 #else
-  (void)d;
   cblas_sgemm(CblasRowMajor, ta == Transpose::No ? CblasNoTrans : CblasTrans,
               tb == Transpose::No ? CblasNoTrans : CblasTrans, M, N, K, alpha, A, lda, B, ldb,
               beta, C, ldc);

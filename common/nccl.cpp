@@ -18,4 +18,15 @@ void allreduce(ncclComm_t comm, const Device& d, float* data, Elements n, ncclRe
   MGPU_CHECK_NCCL_COMM(ncclAllReduce(data, data, n.count, ncclFloat32, op, comm, d.stream), comm);
 }
 
+void close_communicator(ncclComm_t& comm, bool abort) noexcept {
+  if (!comm) return;
+  if (abort) {
+    ncclCommAbort(comm);
+  } else {
+    ncclCommFinalize(comm);
+    ncclCommDestroy(comm);
+  }
+  comm = nullptr;
+}
+
 }  // namespace mgpu

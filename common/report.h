@@ -4,6 +4,8 @@
 //   - results/<run>.csv, one row per epoch, and results/<run>.png (gnuplot, when installed),
 //   - the final machine-readable line:
 //     result: chapter=01_lenet backend=cpu devices=1 epochs=10 batch=256 lr=0.2 test_acc=0.8312 ...
+//     whose sec_per_epoch leaves out the first epoch (one-time set-up) when there are more; the
+//     line before it says so, and first_epoch_sec gives the first epoch's time.
 #pragma once
 #include <string>
 #include <utility>
@@ -30,7 +32,8 @@ class TrainingLog {
   void end_epoch(const EpochRecord& record);               // prints the epoch line
 
   const std::vector<EpochRecord>& records() const { return records_; }
-  double seconds_per_epoch() const;  // mean over the epochs
+  double seconds_per_epoch() const;  // mean over the epochs after the first (over the one, if alone)
+  std::string timing_note() const;   // which epochs seconds_per_epoch() averages
   std::string result_line() const;   // starts with "result: "
 
   // Writes <out>/<run>.csv and <out>/<run>.png, prints where, then the result line.
@@ -42,6 +45,7 @@ class TrainingLog {
   Options options_;
   int devices_, train_examples_;
   std::vector<EpochRecord> records_;
+  std::size_t timed_from() const;  // the first record seconds_per_epoch() counts
 };
 
 // Plots test accuracy and seconds per epoch of one or more runs (label, csv path) into

@@ -37,7 +37,7 @@ foreach(part whole parts)
   file(STRINGS "${csv}" rows)
   set(curve "")
   foreach(row IN LISTS rows)
-    string(REGEX REPLACE ",[^,]*$" "" row "${row}")  # drop the seconds
+    string(REGEX REPLACE "^([^,]*,[^,]*,[^,]*,[^,]*),.*$" "\\1" row "${row}")  # the first four: no timings
     list(APPEND curve "${row}")
   endforeach()
   set(${part} "${curve}")

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,18 @@ mp::Config small_config(int epochs) {
   return c;
 }
 
+// The collective the program would choose: NCCL in a cuda build where every rank has a GPU of
+// its own, MPI otherwise (the cpu build; ranks sharing a GPU). So on a machine with GPUs these
+// tests check the NCCL path, and the MPI path everywhere else.
+std::unique_ptr<mp::GradientAllreduce> program_allreduce(const mp::World& w, const mp::RankDevice& device) {
+  const mp::Collective kind =
+      mp::choose_collective(w, mp::default_collective(), /*explicitly=*/false, device.ranks_per_gpu(), nullptr);
+  return mp::make_allreduce(kind, w, device.device(), device.ranks_per_gpu());
+}
+
 mp::RunResult train(const mp::World& w, const mp::Config& c) {
   const mp::RankDevice device(w);
-  const auto allreduce = mp::make_allreduce(mp::Collective::Mpi, w, device.device(), device.ranks_per_gpu());
+  const auto allreduce = program_allreduce(w, device);
   return mp::train(w, device.device(), small_data(), c, *allreduce, nullptr);
 }
 
@@ -176,7 +186,7 @@ TEST_CASE("checkpoint after epoch 1, resume: the uninterrupted run, on the same 
 TEST_CASE("the collective sums every element over the ranks, as one bucket and layer by layer") {
   const mp::World w = world();
   const mp::RankDevice device(w);
-  const auto allreduce = mp::make_allreduce(mp::Collective::Mpi, w, device.device(), device.ranks_per_gpu());
+  const auto allreduce = program_allreduce(w, device);
   // Rank r contributes (r + 1) * v with v the same everywhere: the sum is K(K+1)/2 * v.
   mgpu::Rng rng(9);
   lenet::HostParams v;
@@ -205,6 +215,32 @@ TEST_CASE("the collective sums every element over the ranks, as one bucket and l
   CHECK_THROWS_WITH_AS(allreduce->start_layer(g, 0), doctest::Contains("out of order"), mgpu::Error);
 }
 
+TEST_CASE("count_ranks_with counts the ranks that passed the same name") {
+  const mp::World w = world();
+  CHECK(mp::count_ranks_with(w, "the same everywhere") == w.size);
+  CHECK(mp::count_ranks_with(w, "rank " + std::to_string(w.rank)) == 1);
+  const int same_parity = (w.size + (w.rank % 2 == 0 ? 1 : 0)) / 2;  // ranks 0, 2, 4.. or 1, 3, ..
+  CHECK(mp::count_ranks_with(w, w.rank % 2 == 0 ? "even" : "odd") == same_parity);
+  CHECK_THROWS_WITH_AS(mp::count_ranks_with(w, std::string(300, 'x')), doctest::Contains("longer than 255"),
+                       mgpu::Error);
+}
+
+TEST_CASE("choose_collective: ranks sharing a GPU fall back to MPI together, or refuse an explicit nccl") {
+  const mp::World w = world();
+  std::string note;
+  CHECK(mp::choose_collective(w, mp::Collective::Mpi, true, 1, &note) == mp::Collective::Mpi);
+  CHECK(mp::choose_collective(w, mp::Collective::Nccl, true, 1, &note) == mp::Collective::Nccl);
+  CHECK(note.empty());
+  // Only rank 0 shares its GPU (3 ranks on 2 GPUs look like this on the ranks of GPU 0): every
+  // rank must still take the same decision, or some would wait in NCCL for ranks that use MPI.
+  const int sharing = w.rank == 0 ? 2 : 1;
+  CHECK(mp::choose_collective(w, mp::Collective::Nccl, false, sharing, &note) == mp::Collective::Mpi);
+  CHECK(note.find("2 ranks share a GPU") != std::string::npos);
+  CHECK(note.find("summed with MPI") != std::string::npos);
+  CHECK_THROWS_WITH_AS(mp::choose_collective(w, mp::Collective::Nccl, true, sharing, nullptr),
+                       doctest::Contains("--collective nccl: 2 ranks share a GPU"), mgpu::Error);
+}
+
 }  // namespace
 
 // Each rank runs doctest and reports its own failures; mpirun's exit status is non-zero when
@@ -218,7 +254,14 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   // mpirun hands each rank a pseudo-terminal, so doctest would colour output that goes to a log.
   context.setOption("no-colors", true);
-  const int rank = mp::describe_world(MPI_COMM_WORLD).rank;
-  if (rank != 0) context.setOption("minimal", true);  // one summary, from rank 0; failures from all
+  const mp::World w = mp::describe_world(MPI_COMM_WORLD);
+  if (w.rank != 0) context.setOption("minimal", true);  // one summary, from rank 0; failures from all
+  {  // say which collective the training tests check (NCCL where each rank has its own GPU)
+    const mp::RankDevice device(w);
+    const mp::Collective kind =
+        mp::choose_collective(w, mp::default_collective(), false, device.ranks_per_gpu(), nullptr);
+    const std::string ranks = mp::gather_lines(w, device.describe());
+    if (w.rank == 0) std::printf("%scollective under test: %s\n", ranks.c_str(), mp::collective_name(kind));
+  }
   return context.run();
 }

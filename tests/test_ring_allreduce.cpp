@@ -252,3 +252,16 @@ TEST_CASE("the cost model: the ring's bandwidth term is 2(k-1)/k S/B, the naive 
 }
 
 }  // namespace
+
+TEST_CASE("cost::calibrate measures a peer copy into device 1 and an add over device 1's own memory") {
+  // The add a ring step makes runs on the receiving device over two of its own buffers; timing
+  // it over a buffer of another device would read across the link (and, without peer access,
+  // is an illegal address on GPUs: refused here by the device rules in both builds).
+  const mgpu::DeviceSet devices(2);
+  const cost::SharedMemory m = cost::calibrate(devices);
+  CHECK(m.copy_alpha_s > 0);
+  CHECK(m.add_alpha_s > 0);
+  CHECK(m.copy_s_per_byte >= 0);
+  CHECK(m.add_s_per_byte >= 0);
+  CHECK_THROWS_WITH_AS(cost::calibrate(mgpu::DeviceSet(1)), doctest::Contains("needs two devices"), mgpu::Error);
+}

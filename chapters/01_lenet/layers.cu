@@ -245,6 +245,11 @@ void sgd_update(const Device& d, float* p, const float* g, i64 n, float scale) {
 void fill(const Device& d, float* p, i64 n, float value) { thrust::fill_n(mgpu::policy(d), p, n, value); }
 
 void add_into(const Device& d, float* dst, const float* src, i64 n) {
+  // The kernel every allreduce runs: both operands must be d's own memory (a peer copy first
+  // brings the other device's values over). Checked because it is where that mistake is made.
+  const std::size_t bytes = n > 0 ? std::size_t(n) * sizeof(float) : 0;
+  mgpu::check_owned(d, dst, bytes, "add_into (destination)");
+  mgpu::check_owned(d, src, bytes, "add_into (source)");
   thrust::transform(mgpu::policy(d), dst, dst + n, src, dst, thrust::plus<float>());
 }
 

@@ -69,7 +69,8 @@ void sgd_update(const Device& d, float* p, const float* g, std::int64_t n, float
 
 void fill(const Device& d, float* p, std::int64_t n, float value);
 
-// dst += src over n elements (summing gradients: lanes here, devices in chapter 02).
+// dst += src over n elements (summing gradients: lanes here, devices in chapter 02). Both
+// must be memory of d: refused otherwise (mgpu::check_owned), in both builds.
 void add_into(const Device& d, float* dst, const float* src, std::int64_t n);
 
 }  // namespace lenet

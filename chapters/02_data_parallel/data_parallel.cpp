@@ -43,7 +43,16 @@ Allreduce::Allreduce(const DeviceSet& devices, lenet::Layout layout, std::size_t
       staging_(devices[0], max_elements       ? max_elements
                            : layout == lenet::Layout::Flat ? std::size_t(lenet::parameter_count())
                                                            : largest_tensor()) {
-  for (int i = 0; i < devices.size(); ++i) done_.push_back(std::make_unique<mgpu::Event>());
+  // Each event belongs to its device: done_[i] marks work of devices[i] only.
+  for (int i = 0; i < devices.size(); ++i) done_.push_back(std::make_unique<mgpu::Event>(devices[i]));
+}
+
+Allreduce::~Allreduce() {
+  // Copies into staging_ may still be queued: wait for them before the buffer is freed.
+  try {
+    devices_.synchronize();
+  } catch (...) {  // a destructor must not throw; the error was (or will be) reported elsewhere
+  }
 }
 
 void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {

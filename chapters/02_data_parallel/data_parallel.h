@@ -67,6 +67,9 @@ class Allreduce : public GradientAllreduce {
   // largest single allreduce: max_elements, or by default what `layout` needs.
   explicit Allreduce(const DeviceSet& devices, lenet::Layout layout = lenet::Layout::PerTensor,
                      std::size_t max_elements = 0);
+  ~Allreduce() override;  // waits for the devices: queued copies may still use the staging buffer
+  Allreduce(const Allreduce&) = delete;
+  Allreduce& operator=(const Allreduce&) = delete;
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum.
   void run(const std::vector<float*>& data, mgpu::Elements n);
   void run(std::vector<Replica>& replicas) override;

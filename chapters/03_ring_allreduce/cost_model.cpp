@@ -48,9 +48,13 @@ SharedMemory calibrate(const mgpu::DeviceSet& devices) {
   if (devices.size() < 2) throw mgpu::Error("cost::calibrate needs two devices");
   const mgpu::Device &a = devices[0], &b = devices[1];
   constexpr std::size_t kLarge = std::size_t(16) << 20;  // 64 MB of floats: far beyond any cache
-  mgpu::Buffer<float> x(a, kLarge), y(b, kLarge);
+  // x on device a is what b copies from; y and z are b's own. The model's add is the one a ring
+  // step makes: on the receiving device, over two of its own buffers (y += z).
+  mgpu::Buffer<float> x(a, kLarge), y(b, kLarge), z(b, kLarge);
   x.zero();
   y.zero();
+  z.zero();
+  devices.synchronize();  // the zeroing is queued on two devices: both must finish before timing
   mgpu::SyncTimer timer(devices);
   // Seconds per run of f: the mean of `reps` runs, and of 5 such trials the fastest (the
   // machine's other work can only make a trial slower).
@@ -65,7 +69,7 @@ SharedMemory calibrate(const mgpu::DeviceSet& devices) {
     return best;
   };
   auto copy = [&](std::size_t n) { mgpu::copy_peer(b, y.data(), a, x.data(), mgpu::Elements{n}); };
-  auto add = [&](std::size_t n) { lenet::add_into(b, y.data(), x.data(), static_cast<std::int64_t>(n)); };
+  auto add = [&](std::size_t n) { lenet::add_into(b, y.data(), z.data(), static_cast<std::int64_t>(n)); };
 
   SharedMemory m;
   m.copy_alpha_s = seconds(400, [&] { copy(1); });

@@ -48,8 +48,8 @@ struct SharedMemory {
   double copy_alpha_s = 0, copy_s_per_byte = 0;
   double add_alpha_s = 0, add_s_per_byte = 0;
 };
-// Times single copies and adds between devices 0 and 1 of `devices` (small ones for alpha,
-// large ones for beta) and fits the model to them.
+// Times single copies from device 0 to device 1 of `devices` and adds on device 1 over its own
+// buffers (small ones for alpha, large ones for beta), and fits the model to them.
 SharedMemory calibrate(const mgpu::DeviceSet& devices);
 
 double naive_seconds(const SharedMemory& m, int k, double bytes);

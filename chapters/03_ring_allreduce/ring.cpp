@@ -17,7 +17,15 @@ RingAllreduce::RingAllreduce(const DeviceSet& devices, std::size_t max_elements)
   const std::size_t largest_chunk = chunk_of(Elements{max_elements_}, devices.size(), 0).count;
   for (int i = 0; i < devices.size(); ++i) {
     staging_.emplace_back(devices[i], largest_chunk);
-    step_done_.push_back(std::make_unique<mgpu::Event>());
+    step_done_.push_back(std::make_unique<mgpu::Event>(devices[i]));  // marks devices[i]'s steps only
+  }
+}
+
+RingAllreduce::~RingAllreduce() {
+  // Copies into the staging buffers may still be queued: wait for them before they are freed.
+  try {
+    devices_.synchronize();
+  } catch (...) {  // a destructor must not throw; the error was (or will be) reported elsewhere
   }
 }
 

@@ -38,6 +38,9 @@ class RingAllreduce : public dp::GradientAllreduce {
   // max_elements: the largest buffer run() will be given (each device keeps a staging buffer
   // for one incoming chunk of it). By default, LeNet's 129,068 gradients.
   explicit RingAllreduce(const DeviceSet& devices, std::size_t max_elements = 0);
+  ~RingAllreduce() override;  // waits for the devices: queued copies may still use the staging buffers
+  RingAllreduce(const RingAllreduce&) = delete;
+  RingAllreduce& operator=(const RingAllreduce&) = delete;
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum. Only
   // queues work on the devices' streams: no host synchronization inside the ring.
   void run(const std::vector<float*>& data, Elements n);

@@ -1,6 +1,7 @@
 #include "nccl_allreduce.h"
 
 #include <algorithm>
+#include <exception>
 #include <string>
 
 namespace nccl {
@@ -11,7 +12,10 @@ int usable_devices(int wanted) {
 }
 
 NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction)
-    : devices_(devices), reduction_(reduction), comms_(devices.size(), nullptr) {
+    : devices_(devices),
+      reduction_(reduction),
+      comms_(devices.size(), nullptr),
+      exceptions_before_(std::uncaught_exceptions()) {
   std::vector<int> gpus;
   for (int i = 0; i < devices.size(); ++i) {
     if (std::find(gpus.begin(), gpus.end(), devices[i].gpu) != gpus.end())
@@ -23,13 +27,13 @@ NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction
 }
 
 NcclAllreduce::~NcclAllreduce() {
-  // Finalize waits for every queued collective; destroy frees the communicator. Errors are
-  // ignored here: a destructor must not throw.
+  // Normally finalize (waits for every queued collective) and destroy. While an error unwinds
+  // the stack, a collective may be stuck waiting for a GPU that will never join it: abort,
+  // which does not wait. Errors are ignored here: a destructor must not throw.
+  const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
   for (std::size_t i = 0; i < comms_.size(); ++i) {
-    if (!comms_[i]) continue;
     cudaSetDevice(devices_[static_cast<int>(i)].gpu);
-    ncclCommFinalize(comms_[i]);
-    ncclCommDestroy(comms_[i]);
+    mgpu::close_communicator(comms_[i], unwinding);
   }
 }
 

@@ -44,6 +44,7 @@ class NcclAllreduce : public dp::GradientAllreduce {
   const mgpu::DeviceSet& devices_;
   Reduction reduction_;
   std::vector<ncclComm_t> comms_;  // comms_[i] drives devices[i]
+  int exceptions_before_;          // std::uncaught_exceptions() when made: more later = unwinding
 };
 
 // How many of `wanted` devices NCCL can use here: one per GPU (and at least one).

@@ -1,8 +1,7 @@
 #include "collective.h"
 
-#include <array>
-#include <chrono>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -110,6 +109,10 @@ class MpiAllreduce : public GradientAllreduce {
     mgpu::activate(d);
     MGPU_CHECK_CUDA(cudaMallocHost(&host_, whole_bucket().count * sizeof(float)));
     MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&copier_.stream, cudaStreamNonBlocking));
+    for (int l = 0; l < lenet::kLayers; ++l) {  // events of this rank's device (either stream may record them)
+      ready_.push_back(std::make_unique<mgpu::Event>(d));
+      copied_.push_back(std::make_unique<mgpu::Event>(d));
+    }
   }
   ~MpiAllreduce() override {
     cudaSetDevice(device_.gpu);
@@ -130,11 +133,11 @@ class MpiAllreduce : public GradientAllreduce {
   }
   void start(lenet::Params& g, int layer) override {
     const Slice s = layer_slice(layer);
-    ready_[layer].record(device_);  // backward has queued this layer's kernels up to here
-    ready_[layer].make_wait(copier_);
+    ready_[layer]->record(device_);  // backward has queued this layer's kernels up to here
+    ready_[layer]->make_wait(copier_);
     MGPU_CHECK_CUDA(cudaMemcpyAsync(host_ + s.offset, g.flat() + s.offset, s.count.count * sizeof(float),
                                     cudaMemcpyDeviceToHost, copier_.stream));
-    copied_[layer].record(copier_);
+    copied_[layer]->record(copier_);
     waiting_.push_back(layer);
     start_copied(/*wait=*/false);
   }
@@ -151,8 +154,8 @@ class MpiAllreduce : public GradientAllreduce {
     while (!waiting_.empty()) {
       const int layer = waiting_.front();
       if (wait) {
-        copied_[layer].synchronize();
-      } else if (!copied_[layer].done()) {
+        copied_[layer]->synchronize();
+      } else if (!copied_[layer]->done()) {
         return;
       }
       const Slice s = layer_slice(layer);
@@ -161,33 +164,11 @@ class MpiAllreduce : public GradientAllreduce {
     }
   }
 
-  // An event the host can also ask about (mgpu::Event only orders streams).
-  struct HostEvent {
-    HostEvent() { MGPU_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
-    ~HostEvent() { cudaEventDestroy(event); }
-    void record(const mgpu::Device& d) {
-      mgpu::activate(d);
-      MGPU_CHECK_CUDA(cudaEventRecord(event, d.stream));
-    }
-    void make_wait(const mgpu::Device& d) {
-      mgpu::activate(d);
-      MGPU_CHECK_CUDA(cudaStreamWaitEvent(d.stream, event, 0));
-    }
-    bool done() {
-      const cudaError_t status = cudaEventQuery(event);
-      if (status == cudaErrorNotReady) return false;
-      MGPU_CHECK_CUDA(status);
-      return true;
-    }
-    void synchronize() { MGPU_CHECK_CUDA(cudaEventSynchronize(event)); }
-    cudaEvent_t event = nullptr;
-  };
-
   World world_;
   mgpu::Device device_;
   mgpu::Device copier_;   // the same GPU, a second stream for the copies down
   float* host_ = nullptr;  // [129,068] pinned: the bucket's host copy
-  std::array<HostEvent, lenet::kLayers> ready_, copied_;
+  std::vector<std::unique_ptr<mgpu::Event>> ready_, copied_;  // per layer: backward done, copy down done
   std::vector<int> waiting_;  // layers copied (or being copied) whose MPI sum has not started
   MpiRequests requests_;
 };
@@ -212,23 +193,21 @@ ncclUniqueId unique_id_from_rank0(const World& w) {
 class NcclAllreduce : public GradientAllreduce {
  public:
   NcclAllreduce(const World& w, const mgpu::Device& d)
-      : device_(d), comm_stream_(d), exceptions_before_(std::uncaught_exceptions()) {
+      : device_(d), comm_stream_(d), summed_(d), exceptions_before_(std::uncaught_exceptions()) {
     const ncclUniqueId id = unique_id_from_rank0(w);  // every rank must call this: it is an MPI_Bcast
     mgpu::activate(d);
     MGPU_CHECK_NCCL(ncclCommInitRank(&comm_, w.size, id, w.rank));
     MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_.stream, cudaStreamNonBlocking));
+    for (int l = 0; l < lenet::kLayers; ++l) ready_.push_back(std::make_unique<mgpu::Event>(d));
   }
   // When an error on this rank unwinds the stack, the other ranks may never join another
   // collective: waiting for them (ncclCommFinalize) could wait forever, so the communicator is
   // aborted instead, before main() reports the error and calls MPI_Abort.
   ~NcclAllreduce() override {  // no throwing here
-    if (std::uncaught_exceptions() > exceptions_before_) abort_communicator();
+    const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
     cudaSetDevice(device_.gpu);
-    if (comm_) {
-      cudaStreamSynchronize(comm_stream_.stream);
-      ncclCommFinalize(comm_);
-      ncclCommDestroy(comm_);
-    }
+    if (comm_ && !unwinding) cudaStreamSynchronize(comm_stream_.stream);
+    mgpu::close_communicator(comm_, unwinding);
     cudaStreamDestroy(comm_stream_.stream);
   }
   // Polls rather than blocks, so that an error NCCL detects on its own (a network failure, a
@@ -244,8 +223,8 @@ class NcclAllreduce : public GradientAllreduce {
   }
   void start(lenet::Params& g, int layer) override {
     const Slice s = layer_slice(layer);
-    ready_[layer].record(device_);
-    ready_[layer].make_wait(comm_stream_);
+    ready_[layer]->record(device_);
+    ready_[layer]->make_wait(comm_stream_);
     mgpu::allreduce(comm_, comm_stream_, g.flat() + s.offset, s.count, ncclSum);
   }
   void wait_started(lenet::Params&) override {
@@ -255,11 +234,7 @@ class NcclAllreduce : public GradientAllreduce {
 
  private:
   void wait_watching_nccl(const mgpu::Device& s) {
-    mgpu::activate(s);
-    for (;;) {
-      const cudaError_t status = cudaStreamQuery(s.stream);
-      if (status == cudaSuccess) return;
-      if (status != cudaErrorNotReady) MGPU_CHECK_CUDA(status);
+    while (!mgpu::idle(s)) {
       ncclResult_t async = ncclSuccess;
       MGPU_CHECK_NCCL_COMM(ncclCommGetAsyncError(comm_, &async), comm_);
       if (async != ncclSuccess) {
@@ -268,29 +243,42 @@ class NcclAllreduce : public GradientAllreduce {
         try {
           MGPU_CHECK_NCCL_COMM(async, comm_);
         } catch (...) {
-          abort_communicator();
+          mgpu::close_communicator(comm_, /*abort=*/true);
           throw;
         }
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      // Spin, giving the core away between polls. A sleep here would round every wait up to
+      // its length, and the profile would time the sleep rather than the allreduce.
+      std::this_thread::yield();
     }
-  }
-  void abort_communicator() noexcept {
-    if (comm_) ncclCommAbort(comm_);  // stops its kernels and frees it without waiting for peers
-    comm_ = nullptr;
   }
 
   mgpu::Device device_;
   mgpu::Device comm_stream_;  // the same GPU, the stream the overlapped sums run on
   ncclComm_t comm_ = nullptr;
-  std::array<mgpu::Event, lenet::kLayers> ready_;  // "layer l's gradient is computed"
-  mgpu::Event summed_;                             // "every started sum is done"
+  std::vector<std::unique_ptr<mgpu::Event>> ready_;  // per layer: "its gradient is computed"
+  mgpu::Event summed_;                               // "every started sum is done"
   int exceptions_before_;                          // std::uncaught_exceptions() when made
 };
 
 #endif  // MGPU_CUDA && MGPU_HAVE_NCCL
 
 }  // namespace
+
+Collective default_collective() { return nccl_available() ? Collective::Nccl : Collective::Mpi; }
+
+Collective choose_collective(const World& w, Collective wanted, bool explicitly, int ranks_per_gpu,
+                            std::string* note) {
+  // Decided together: one rank on a GPU of its own and another sharing one must still agree.
+  const int most_sharing = static_cast<int>(max_over_ranks(w, ranks_per_gpu));
+  if (wanted != Collective::Nccl || most_sharing <= 1) return wanted;
+  const std::string why = std::to_string(most_sharing) +
+                          " ranks share a GPU, and NCCL refuses two ranks of one communicator on one GPU";
+  if (explicitly)
+    throw mgpu::Error("--collective nccl: " + why + "; start at most one rank per GPU, or use --collective mpi");
+  if (note) *note = why + ": the gradients are summed with MPI, staged through the host (one rank per GPU uses NCCL)";
+  return Collective::Mpi;
+}
 
 std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& w, const mgpu::Device& d,
                                                   int ranks_per_gpu) {
@@ -303,6 +291,7 @@ std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& 
     return std::make_unique<MpiAllreduce>(w);
 #endif
   }
+  // choose_collective() has already refused this for an explicit request; this is the last guard.
 #if MGPU_CUDA && MGPU_HAVE_NCCL
   if (ranks_per_gpu > 1)
     throw mgpu::Error(std::to_string(ranks_per_gpu) + " ranks share " + d.name() +

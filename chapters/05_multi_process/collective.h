@@ -60,6 +60,16 @@ class GradientAllreduce {
   int started_ = 0;  // layers started this step
 };
 
+// nccl where this build has NCCL, else mpi.
+Collective default_collective();
+
+// The collective a run uses. NCCL cannot run with two ranks on one GPU: when any rank shares
+// its GPU, a default choice (explicitly = false) becomes mpi and *note says why, while an
+// explicit --collective nccl is refused with the reason. Every rank must call it (the ranks
+// decide together, so they never disagree).
+Collective choose_collective(const World& w, Collective wanted, bool explicitly, int ranks_per_gpu,
+                            std::string* note);
+
 // The collective `kind` for this rank of `w`, on device d (which `ranks_per_gpu` ranks share).
 std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& w, const mgpu::Device& d,
                                                   int ranks_per_gpu);

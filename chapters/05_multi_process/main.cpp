@@ -54,8 +54,11 @@ void print_profile(const std::array<mp::StepProfile, 2>& p, int steps, int ranks
               off.step > 0 ? 100 * (off.step - on.step) / off.step : 0.0);
 }
 
-void run(const mp::World& w, const mp::Config& c) {
+void run(const mp::World& w, mp::Config c) {
   const mp::RankDevice rank_device(w);
+  std::string note;
+  c.collective = mp::choose_collective(w, c.collective, c.collective_given, rank_device.ranks_per_gpu(), &note);
+  if (w.rank == 0 && !note.empty()) std::printf("%s: %s\n", mp::kChapter.name.c_str(), note.c_str());
   const mgpu::Device& d = rank_device.device();
   double machines = w.local_rank == 0 ? 1 : 0;  // one rank per machine counts it
   mp::sum_over_ranks(w, &machines, 1);

@@ -34,6 +34,7 @@ struct FaultInjection {
 struct Config {
   mgpu::Options o;  // the shared command line; o.devices is the number of ranks
   Collective collective = Collective::Mpi;
+  bool collective_given = false;  // --collective on the command line: no fallback from nccl to mpi
   bool overlap = true;     // start each layer's allreduce during backward
   std::string checkpoint;  // rank 0 writes it after every epoch; empty: never
   std::string resume;      // start from this checkpoint; empty: from init_params(o.seed)

@@ -15,7 +15,8 @@ std::string usage() {
   u += "\nthis chapter (launch K processes, one per device: mpirun -np K " + kChapter.name + " ...):\n";
   u += "  --devices K       must equal the number of processes, if given\n";
   u += std::string("  --collective C    nccl or mpi: what sums the gradients (default ") +
-       (nccl_available() ? "nccl" : "mpi; nccl needs a cuda build with NCCL") + ")\n";
+       (nccl_available() ? "nccl, or mpi where ranks share a GPU" : "mpi; nccl needs a cuda build with NCCL") +
+       ")\n";
   u += "  --overlap on|off  sum each layer's gradients while backward computes the earlier ones (default on)\n";
   u += "  --checkpoint FILE after every epoch rank 0 saves the run to FILE (written to FILE.tmp, then renamed)\n";
   u += "  --resume FILE     continue the run saved in FILE, with any number of processes\n";
@@ -37,7 +38,7 @@ bool is_common_flag_with_value(const std::string& arg) {
 CommandLine parse_command_line(const std::vector<std::string>& args, int world_size) {
   CommandLine r;
   Config& c = r.config;
-  c.collective = nccl_available() ? Collective::Nccl : Collective::Mpi;
+  c.collective = default_collective();
   bool fail_rank_given = false, fail_step_given = false, fail_how_given = false, devices_given = false;
 
   using Setter = std::function<std::string(const std::string& flag, const std::string& value)>;
@@ -65,6 +66,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, int world_s
          if (v == "mpi") c.collective = Collective::Mpi;
          else if (v == "nccl") c.collective = Collective::Nccl;
          else return flag + " must be 'nccl' or 'mpi', got '" + v + "'";
+         c.collective_given = true;
          return "";
        }},
       {"--overlap",

@@ -25,38 +25,51 @@ int cpu_threads_for(const World& w) {
 
 #if MGPU_CUDA
 
-RankDevice::RankDevice(const World& w) {
+namespace {
+
+// Local rank r drives GPU r % (GPUs this process sees).
+int gpu_for(const World& w) {
   const int gpus = mgpu::gpu_count();
   if (gpus == 0)
     throw mgpu::Error("this is a cuda build but no GPU answers (cudaGetDeviceCount = 0); "
                       "configure with -DMGPU_BACKEND=cpu to run on the CPU");
-  device_.index = 0;
-  device_.gpu = w.local_rank % gpus;
-  ranks_per_gpu_ = (w.local_size + gpus - 1 - device_.gpu) / gpus;  // local ranks g, g + gpus, g + 2 gpus, ...
-  MGPU_CHECK_CUDA(cudaSetDevice(device_.gpu));
-  MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&device_.stream, cudaStreamNonBlocking));
-  MGPU_CHECK_CUBLAS(cublasCreate(&device_.blas));
-  MGPU_CHECK_CUBLAS(cublasSetStream(device_.blas, device_.stream));
+  return w.local_rank % gpus;
 }
 
-RankDevice::~RankDevice() {  // destructors must not throw: errors here are ignored
-  cudaSetDevice(device_.gpu);
-  cudaStreamSynchronize(device_.stream);
-  cublasDestroy(device_.blas);
-  cudaStreamDestroy(device_.stream);
+// "host/0000:3b:00.0": the same string on two ranks exactly when they drive the same GPU.
+std::string physical_gpu_name(const World& w, int gpu) {
+  char bus_id[32] = {};
+  MGPU_CHECK_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, gpu));
+  return w.host + "/" + bus_id;
 }
+
+}  // namespace
+
+RankDevice::RankDevice(const World& w) : devices_(1, {gpu_for(w)}) {
+  gpu_name_ = physical_gpu_name(w, device().gpu);
+  ranks_per_gpu_ = count_ranks_with(w, gpu_name_);
+}
+
+RankDevice::~RankDevice() = default;
 
 std::string RankDevice::describe() const {
-  return device_.name() + (ranks_per_gpu_ > 1 ? " (shared by " + std::to_string(ranks_per_gpu_) + " ranks)" : "");
+  const std::string bus_id = gpu_name_.substr(gpu_name_.rfind('/') + 1);
+  return device().name() + " (" + bus_id + ")" +
+         (ranks_per_gpu_ > 1 ? ", shared by " + std::to_string(ranks_per_gpu_) + " ranks" : "");
 }
 
 #else
 
-RankDevice::RankDevice(const World& w) {
-  device_.index = 0;
-  device_.gpu = -1;
+namespace {
+
+int set_cpu_threads(const World& w) {
   omp_set_num_threads(cpu_threads_for(w));  // before the first parallel region: lanes follow it
+  return 1;
 }
+
+}  // namespace
+
+RankDevice::RankDevice(const World& w) : devices_(set_cpu_threads(w)) {}
 
 RankDevice::~RankDevice() = default;
 

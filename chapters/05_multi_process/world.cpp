@@ -1,5 +1,6 @@
 #include "world.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +84,17 @@ int first_rank_where(const World& w, bool yes) {
   int rank = yes ? w.rank : w.size;
   MGPU_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rank, 1, MPI_INT, MPI_MIN, w.comm));
   return rank;
+}
+
+int count_ranks_with(const World& w, const std::string& key) {
+  constexpr int kWidth = 256;  // characters per key; longer keys are refused, never cut
+  if (key.size() >= kWidth) throw mgpu::Error("count_ranks_with: key longer than 255 characters: " + key);
+  std::vector<char> mine(kWidth, '\0'), all(std::size_t(kWidth) * w.size);
+  std::copy(key.begin(), key.end(), mine.begin());
+  MGPU_CHECK_MPI(MPI_Allgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, w.comm));
+  int same = 0;
+  for (int r = 0; r < w.size; ++r) same += key == std::string(all.data() + std::size_t(r) * kWidth);
+  return same;
 }
 
 void broadcast_from_rank0(const World& w, float* data, mgpu::Elements n) {

@@ -56,6 +56,9 @@ double max_over_ranks(const World& w, double value);
 // The lowest rank for which `yes` holds, or w.size when it holds for none: for decisions every
 // rank must take together, such as stopping.
 int first_rank_where(const World& w, bool yes);
+// How many ranks (this one included) passed the same `key`: chapter 05 counts the ranks that
+// drive one physical GPU by its name. Every rank must call it.
+int count_ranks_with(const World& w, const std::string& key);
 // Rank 0's n floats (or bytes) copied to every rank: Horovod's broadcast_parameters.
 void broadcast_from_rank0(const World& w, float* data, mgpu::Elements n);
 void broadcast_from_rank0(const World& w, void* bytes, std::size_t count);
