@@ -1,5 +1,6 @@
-// The backend-specific half of device.h: the only file that allocates, copies and
-// synchronizes. Everything else goes through these functions.
+// What device.h declares: the only file that allocates, copies and synchronizes. Everything
+// else goes through these functions. The first part is the same in both builds (who a device
+// is, which memory it owns, whose work an event marks); then the cuda half and the cpu half.
 #include "device.h"
 
 #include <algorithm>
@@ -34,8 +35,9 @@ struct Allocation {
 };
 std::mutex allocations_mutex;
 std::map<std::uintptr_t, Allocation>& allocations() {
-  static std::map<std::uintptr_t, Allocation> map;
-  return map;
+  // Never destroyed: a buffer freed while the program exits must still find it.
+  static auto* map = new std::map<std::uintptr_t, Allocation>;
+  return *map;
 }
 
 void remember_allocation(const Device& d, void* p, std::size_t bytes) {

@@ -70,6 +70,33 @@ TEST_CASE("training steps with ncclSum and with ncclAvg equal steps with the rin
   }
 }
 
+TEST_CASE("an error while the communicators live: they are aborted, the error comes through, NCCL still works") {
+  const int k = nccl::usable_devices(8);
+  mgpu::DeviceSet devices(k);
+  const std::size_t n = 1000;
+  std::vector<mgpu::Buffer<float>> data;
+  std::vector<float*> pointers;
+  for (int i = 0; i < k; ++i) {
+    data.emplace_back(devices[i], n);
+    data.back().upload(std::vector<float>(n, 1.0f));
+    pointers.push_back(data.back().data());
+  }
+  // ~NcclAllreduce runs while the exception unwinds: it must call ncclCommAbort (which waits for
+  // nobody) rather than ncclCommFinalize, and must neither hang nor throw.
+  auto fail_midway = [&] {
+    nccl::NcclAllreduce allreduce(devices, nccl::Reduction::Sum);
+    allreduce.run(pointers, mgpu::Elements{n});
+    throw mgpu::Error("injected failure with the communicators alive");
+  };
+  CHECK_THROWS_WITH_AS(fail_midway(), "injected failure with the communicators alive", mgpu::Error);
+  // A new set of communicators works afterwards: nothing was left half torn down.
+  devices.synchronize();
+  for (int i = 0; i < k; ++i) data[i].upload(std::vector<float>(n, 1.0f));
+  nccl::NcclAllreduce(devices, nccl::Reduction::Sum).run(pointers, mgpu::Elements{n});
+  devices.synchronize();
+  for (int i = 0; i < k; ++i) CHECK(data[i].download() == std::vector<float>(n, float(k)));
+}
+
 TEST_CASE("NCCL refuses two ranks on one GPU, and says so before NCCL is called") {
   mgpu::DeviceSet devices(mgpu::gpu_count() + 1);  // round-robin: two devices share a GPU
   CHECK_THROWS_WITH_AS(nccl::NcclAllreduce(devices, nccl::Reduction::Sum), doctest::Contains("one GPU per rank"),
