@@ -1,8 +1,13 @@
 #include "report.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -14,10 +19,27 @@
 namespace mgpu {
 namespace fs = std::filesystem;
 
+void prepare_output_folder(const std::string& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw Error("--out " + out + ": cannot create the folder: " + ec.message());
+  if (!fs::is_directory(out, ec)) throw Error("--out " + out + ": not a folder");
+  // Permissions alone do not say it (root, read-only mounts, full disks): try it.
+  const fs::path probe = fs::path(out) / (".write_test_" + std::to_string(getpid()));
+  std::ofstream f(probe);
+  f << "x";
+  f.close();
+  const bool written = static_cast<bool>(f);
+  fs::remove(probe, ec);
+  if (!written) throw Error("--out " + out + ": cannot write files there");
+}
+
 TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& options, int devices,
                          int train_examples)
     : chapter_(std::move(chapter)), run_(std::move(run)), options_(options), devices_(devices),
-      train_examples_(train_examples) {}
+      train_examples_(train_examples) {
+  prepare_output_folder(options_.out);
+}
 
 void TrainingLog::progress(int epoch, int batch, int batches) const {
   static const bool terminal = isatty(fileno(stdout));
@@ -33,6 +55,12 @@ void TrainingLog::end_epoch(const EpochRecord& r) {
               terminal ? "\r\33[2K" : "", r.epoch, options_.epochs, r.train_loss, r.train_acc, r.test_acc,
               r.seconds);
   std::fflush(stdout);
+  if (!std::isfinite(r.train_loss)) {
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%g", options_.lr);
+    throw Error("training diverged in epoch " + std::to_string(r.epoch) + ": the training loss is " +
+                (std::isnan(r.train_loss) ? "NaN" : "infinite") + "; try a smaller --lr than " + lr);
+  }
 }
 
 double TrainingLog::seconds_per_epoch() const {
@@ -49,10 +77,13 @@ std::size_t TrainingLog::timed_from() const { return records_.size() > 1 ? 1 : 0
 
 std::string TrainingLog::timing_note() const {
   if (records_.size() < 2) return "sec_per_epoch is the only epoch's time (it includes one-time set-up)";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "sec_per_epoch is the mean of epochs %d-%d; epoch %d took %.3f s, one-time set-up included",
-                records_[1].epoch, records_.back().epoch, records_[0].epoch, records_[0].seconds);
-  return buf;
+  const std::string averaged = records_.size() == 2 ? "epoch " + std::to_string(records_[1].epoch) + "'s time"
+                                                    : "the mean of epochs " + std::to_string(records_[1].epoch) +
+                                                          "-" + std::to_string(records_.back().epoch);
+  char first[128];
+  std::snprintf(first, sizeof first, "epoch %d took %.3f s, one-time set-up included", records_[0].epoch,
+                records_[0].seconds);
+  return "sec_per_epoch is " + averaged + "; " + first;
 }
 
 std::string TrainingLog::result_line() const {
@@ -94,24 +125,61 @@ void TrainingLog::finish() const {
   std::fflush(stdout);
 }
 
-bool run_gnuplot(const std::string& png_path, const std::string& commands) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::printf("gnuplot not found (apt-get install gnuplot-nox): no plot, the CSV has the numbers\n");
-    return false;
+std::string gnuplot_file(const std::string& file, const std::string& png_path) {
+  const fs::path folder = fs::path(png_path).parent_path(), path(file);
+  if (path.parent_path() != folder)
+    throw Error("gnuplot_file: " + file + " is not in the plot's folder " + folder.string());
+  const std::string name = path.filename().string();
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+      throw Error("gnuplot_file: '" + name + "' is not a plain file name");
+  return "'" + name + "'";
+}
+
+namespace {
+
+// Runs `gnuplot <script>` in `folder`: fork, change to the folder, exec. No shell is involved,
+// so nothing in the folder's name is ever interpreted. Returns gnuplot's exit status, or 127
+// when it could not be started (not installed).
+int run_gnuplot_in(const fs::path& folder, const std::string& script) {
+  std::fflush(stdout);  // the child must not print what the parent has buffered
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child < 0) throw Error(std::string("cannot start gnuplot: fork: ") + std::strerror(errno));
+  if (child == 0) {  // only async-signal-safe calls from here to exec
+    const std::string where = folder.empty() ? "." : folder.string();
+    if (chdir(where.c_str()) != 0) _exit(126);
+    execlp("gnuplot", "gnuplot", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);  // exec failed: gnuplot is not on the PATH
   }
-  // The script is kept beside the picture, so a reader can restyle and re-run it.
-  const std::string script_path = fs::path(png_path).replace_extension(".gp").string();
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) throw Error(std::string("waiting for gnuplot: ") + std::strerror(errno));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+bool run_gnuplot(const std::string& png_path, const std::string& commands) {
+  // The script is kept beside the picture, so a reader can restyle and re-run it (from there).
+  const fs::path script_path = fs::path(png_path).replace_extension(".gp");
   std::ofstream gp(script_path);
-  if (!gp) throw Error(script_path + ": cannot be written");
-  gp << "# gnuplot " << script_path << "\n"
+  if (!gp) throw Error(script_path.string() + ": cannot be written");
+  gp << "# cd to this folder, then: gnuplot " << script_path.filename().string() << "\n"
      << "set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript\n"
-     << "set output '" << png_path << "'\n"
+     << "set output " << gnuplot_file(png_path, png_path) << "\n"
      << "set datafile separator ','\n"
      << commands;
   gp.close();
-  const std::string command = "gnuplot '" + script_path + "'";
-  if (std::system(command.c_str()) != 0) {
-    std::printf("gnuplot failed on %s: no plot, the CSV has the numbers\n", script_path.c_str());
+  if (!gp) throw Error(script_path.string() + ": cannot be written");
+  const int status = run_gnuplot_in(script_path.parent_path(), script_path.filename().string());
+  if (status == 127) {
+    std::fprintf(stderr, "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSV has the numbers\n");
+    return false;
+  }
+  if (status != 0) {
+    std::fprintf(stderr, "warning: gnuplot failed (exit status %d) on %s: no plot, the CSV has the numbers\n", status,
+                 script_path.string().c_str());
     return false;
   }
   return true;
@@ -127,8 +195,8 @@ bool plot_runs(const std::string& png_path, const std::string& title,
   auto plot_column = [&](const char* ylabel, int column, const char* extra) {
     gp << "set xlabel 'epoch'\nset ylabel '" << ylabel << "'\n" << extra << "plot ";
     for (std::size_t i = 0; i < runs.size(); ++i)
-      gp << (i ? ", " : "") << "'" << runs[i].second << "' using 1:" << column << " with linespoints title '"
-         << runs[i].first << "'";
+      gp << (i ? ", " : "") << gnuplot_file(runs[i].second, png_path) << " using 1:" << column
+         << " with linespoints title '" << runs[i].first << "'";
     gp << "\n";
   };
   plot_column("test accuracy", 4, "set yrange [0:1]\n");

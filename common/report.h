@@ -23,13 +23,21 @@ struct EpochRecord {
   double seconds = 0;       // the training loop only, devices synchronized
 };
 
+// Makes the folder `out` (and its parents) if needed and proves it writable by creating and
+// removing a file in it, so that a bad --out is refused in a second, not after the training.
+// Throws mgpu::Error naming the folder and the reason.
+void prepare_output_folder(const std::string& out);
+
 class TrainingLog {
  public:
   // `run` names the files ("01_lenet", "02_data_parallel_k2"); `chapter` goes on the result line.
+  // Checks at once that options.out can be written (prepare_output_folder).
   TrainingLog(std::string chapter, std::string run, const Options& options, int devices, int train_examples);
 
   void progress(int epoch, int batch, int batches) const;  // rewrites one terminal line
-  void end_epoch(const EpochRecord& record);               // prints the epoch line
+  // Prints the epoch line. A training loss that is not finite (the run diverged: lower --lr)
+  // throws mgpu::Error after the line is printed: nothing after it would mean anything.
+  void end_epoch(const EpochRecord& record);
 
   const std::vector<EpochRecord>& records() const { return records_; }
   double seconds_per_epoch() const;  // mean over the epochs after the first (over the one, if alone)
@@ -49,12 +57,23 @@ class TrainingLog {
 };
 
 // Plots test accuracy and seconds per epoch of one or more runs (label, csv path) into
-// png_path with gnuplot. Returns false, after saying so, when gnuplot is not installed.
+// png_path with gnuplot. The CSVs must be in png_path's folder. Returns false, after a warning
+// on stderr, when gnuplot is not installed or fails: the CSVs still hold the numbers.
 bool plot_runs(const std::string& png_path, const std::string& title,
                const std::vector<std::pair<std::string, std::string>>& runs);
 
 // Writes png_path's gnuplot script (<png>.gp: a 1000x400 PNG terminal, comma-separated data,
-// then `commands`) and runs it. Returns false, after saying so, when gnuplot is not installed.
+// then `commands`) and runs gnuplot on it, in png_path's folder and without a shell. Returns
+// false, after a warning on stderr, when gnuplot is not installed or fails.
+//
+// No path the user typed ever appears in a gnuplot script or a shell command: a quote in it
+// would end gnuplot's string (and a backquote run a command), a leading '-' would read as an
+// option. So gnuplot runs in the folder, and `commands` name files with gnuplot_file().
 bool run_gnuplot(const std::string& png_path, const std::string& commands);
+
+// `file`, which must lie in png_path's folder, as a quoted gnuplot string of its plain name:
+// 'run_k2.csv'. Throws for a file elsewhere or a name that is not letters, digits, '_', '-', '.'
+// (the programs make these names; anything else is a bug, not a user's input).
+std::string gnuplot_file(const std::string& file, const std::string& png_path);
 
 }  // namespace mgpu

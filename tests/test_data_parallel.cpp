@@ -136,3 +136,13 @@ TEST_CASE("3 steps on k = 2 and k = 3 devices give the parameters of 3 steps on 
     for (int i = 0; i < k; ++i) testing::check_same_training(many[i], one[0], init, "device " + std::to_string(i));
   }
 }
+
+TEST_CASE("check_batches_fit: refused before the first step when a batch would leave a device idle") {
+  CHECK_NOTHROW(dp::check_batches_fit(60000, 256, 8));  // the last batch holds 96
+  CHECK_NOTHROW(dp::check_batches_fit(1000, 250, 4));   // no short batch at all
+  CHECK_NOTHROW(dp::check_batches_fit(4, 256, 4));      // one batch of 4
+  CHECK_THROWS_WITH_AS(dp::check_batches_fit(1001, 250, 4), doctest::Contains("leave a last batch of 1 example(s)"),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(dp::check_batches_fit(3, 256, 4), doctest::Contains("only 3 training images for 4 devices"),
+                       mgpu::Error);
+}

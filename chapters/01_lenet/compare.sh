@@ -92,23 +92,33 @@ for ((i = 0; i < ${#extra[@]}; i++)); do
     esac
 done
 if command -v gnuplot >/dev/null; then
-    gnuplot <<PLOT
+    # The paths and names reach gnuplot as values (ARG1..ARG5 of `gnuplot -c`), never as script
+    # text: a quote or a backquote in --out cannot end a string or run a command. ('PLOT' is
+    # quoted, so bash expands nothing in the script either.)
+    if gnuplot -c /dev/stdin "$out/01_lenet_vs_torch.png" "$out/01_lenet.csv" "$out/01_lenet_torch.csv" \
+        "$cpp_backend" "$py_backend" <<'PLOT'
 set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
-set output '$out/01_lenet_vs_torch.png'
+set output ARG1
 set datafile separator ','
 set key bottom right
 set grid
 set xlabel 'epoch'
-set multiplot layout 1,2 title '01_lenet (C++, $cpp_backend) and its PyTorch twin ($py_backend)'
+set multiplot layout 1,2 title sprintf('01_lenet (C++, %s) and its PyTorch twin (%s)', ARG4, ARG5)
 set ylabel 'test accuracy'
 set yrange [0:1]
-plot '$out/01_lenet.csv' using 1:4 with linespoints title 'C++', \
-     '$out/01_lenet_torch.csv' using 1:4 with linespoints title 'PyTorch'
+plot ARG2 using 1:4 with linespoints title 'C++', \
+     ARG3 using 1:4 with linespoints title 'PyTorch'
 set ylabel 'seconds per epoch'
 set yrange [0:*]
-plot '$out/01_lenet.csv' using 1:5 with linespoints title 'C++', \
-     '$out/01_lenet_torch.csv' using 1:5 with linespoints title 'PyTorch'
+plot ARG2 using 1:5 with linespoints title 'C++', \
+     ARG3 using 1:5 with linespoints title 'PyTorch'
 unset multiplot
 PLOT
-    echo "wrote $out/01_lenet_vs_torch.png"
+    then
+        echo "wrote $out/01_lenet_vs_torch.png"
+    else
+        echo "warning: gnuplot failed: no plot, the CSVs have the numbers" >&2
+    fi
+else
+    echo "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers" >&2
 fi

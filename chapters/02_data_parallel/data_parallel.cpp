@@ -111,6 +111,18 @@ std::vector<int> shard_sizes(int n, int k) {
   return sizes;
 }
 
+void check_batches_fit(int train_examples, int batch_size, int k) {
+  const int smallest = train_examples % batch_size ? train_examples % batch_size : batch_size;
+  if (train_examples < k)
+    throw mgpu::Error("only " + std::to_string(train_examples) + " training images for " + std::to_string(k) +
+                      " devices: every device needs at least one example of every batch (raise --limit-train)");
+  if (smallest < k)
+    throw mgpu::Error(std::to_string(train_examples) + " training images in batches of " + std::to_string(batch_size) +
+                      " leave a last batch of " + std::to_string(smallest) + " example(s) in every epoch, fewer than the " +
+                      std::to_string(k) + " devices: every device needs at least one example of every batch (change "
+                      "--limit-train or --batch-size)");
+}
+
 std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas) {
   const std::vector<int> sizes = shard_sizes(n, static_cast<int>(replicas.size()));
   int start = 0;
@@ -202,6 +214,7 @@ void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Repli
 lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                         GradientAllreduce& allreduce, mgpu::TrainingLog& log) {
   const int k = devices.size();
+  check_batches_fit(data.train.count, o.batch_size, k);  // now, not when the epoch's last batch comes
   std::vector<Replica> replicas =
       make_replicas(devices, lenet::init_params(o.seed), o.batch_size, allreduce.layout());
 

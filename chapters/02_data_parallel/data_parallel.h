@@ -86,6 +86,10 @@ class Allreduce : public GradientAllreduce {
 // n % k devices (257 on 2 devices: 129 + 128). n < k is an error: a device would get nothing.
 std::vector<int> shard_sizes(int n, int k);
 
+// Before the first step: refuses (naming the numbers and what to change) a training set whose
+// batches, the short last one of each epoch included, would leave a device without an example.
+void check_batches_fit(int train_examples, int batch_size, int k);
+
 // d2l's split_batch(X, y, devices): X [n][28][28] and y [n] on the host; shard i (the next
 // shard_sizes(n, k)[i] examples) is copied into replicas[i].shard. Returns the shard sizes.
 std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas);

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
+    // Refuse now what would otherwise stop the k-device run at its first short batch.
+    dp::check_batches_fit(data.train.count, o.batch_size, o.devices);
+    mgpu::prepare_output_folder(o.out);
 
     std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
     for (int k : std::set<int>{1, o.devices}) {

@@ -166,7 +166,8 @@ bool plot(const std::string& png_path, const std::string& csv_path, const std::s
     gp << "set ylabel '" << ylabel << "'\nplot ";
     for (std::size_t i = 0; i < lines.size(); ++i)
       // Only the rows of this line: other rows give gnuplot's "missing" value (1/0).
-      gp << (i ? ", " : "") << "'" << csv_path << "' skip 1 using 3:(strcol(1) eq '" << lines[i].first
+      gp << (i ? ", " : "") << mgpu::gnuplot_file(csv_path, png_path) << " skip 1 using 3:(strcol(1) eq '"
+         << lines[i].first
          << "' && $2 == " << lines[i].second << " ? $" << column << " : 1/0) with linespoints title '"
          << lines[i].first << ", " << lines[i].second << " devices'";
     gp << "\n";

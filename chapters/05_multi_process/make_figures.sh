@@ -49,9 +49,12 @@ ch02=$out/02_data_parallel_k1.csv
 [[ -f $ch02 ]] || ch02=chapters/02_data_parallel/figures/02_data_parallel_k1_cpu.csv
 
 if command -v gnuplot >/dev/null; then
-    gnuplot <<PLOT
+    # The paths reach gnuplot as values (ARG1..ARG5 of `gnuplot -c`), never as script text: a
+    # quote or a backquote in --out cannot end a string or run a command.
+    if gnuplot -c /dev/stdin "$out/05_multi_process_cpu.png" "$ch02" "$out/05_multi_process_k1_mpi.csv" \
+        "$out/05_multi_process_k2_mpi.csv" "$out/05_multi_process_k2_mpi_no_overlap.csv" <<'PLOT'
 set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
-set output '$out/05_multi_process_cpu.png'
+set output ARG1
 set datafile separator ','
 set key bottom right
 set grid
@@ -60,20 +63,24 @@ set xrange [0:*]
 set multiplot layout 1,2 title '05_multi_process (cpu build): 1 and 2 processes, beside chapter 02 on 1 device'
 set ylabel 'test accuracy'
 set yrange [0:1]
-plot '$ch02' using 1:4 with lines lw 4 lc rgb '#cccccc' title 'chapter 02, 1 device', \
-     '$out/05_multi_process_k1_mpi.csv' using 1:4 with linespoints title '1 process', \
-     '$out/05_multi_process_k2_mpi.csv' using 1:4 with linespoints title '2 processes', \
-     '$out/05_multi_process_k2_mpi_no_overlap.csv' using 1:4 with linespoints dt 2 title '2 processes, overlap off'
+plot ARG2 using 1:4 with lines lw 4 lc rgb '#cccccc' title 'chapter 02, 1 device', \
+     ARG3 using 1:4 with linespoints title '1 process', \
+     ARG4 using 1:4 with linespoints title '2 processes', \
+     ARG5 using 1:4 with linespoints dt 2 title '2 processes, overlap off'
 set ylabel 'seconds per epoch'
 set yrange [0:*]
-plot '$ch02' using 1:5 with lines lw 4 lc rgb '#cccccc' title 'chapter 02, 1 device', \
-     '$out/05_multi_process_k1_mpi.csv' using 1:5 with linespoints title '1 process', \
-     '$out/05_multi_process_k2_mpi.csv' using 1:5 with linespoints title '2 processes', \
-     '$out/05_multi_process_k2_mpi_no_overlap.csv' using 1:5 with linespoints dt 2 title '2 processes, overlap off'
+plot ARG2 using 1:5 with lines lw 4 lc rgb '#cccccc' title 'chapter 02, 1 device', \
+     ARG3 using 1:5 with linespoints title '1 process', \
+     ARG4 using 1:5 with linespoints title '2 processes', \
+     ARG5 using 1:5 with linespoints dt 2 title '2 processes, overlap off'
 unset multiplot
 PLOT
-    echo "wrote $out/05_multi_process_cpu.png"
+    then
+        echo "wrote $out/05_multi_process_cpu.png"
+    else
+        echo "warning: gnuplot failed: no plot, the CSVs have the numbers" >&2
+    fi
 else
-    echo "gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers"
+    echo "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers" >&2
 fi
 grep -h '^result:' "$out"/05_multi_process_k*.log
