@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../chapters/02_data_parallel/data_parallel.h"
@@ -89,7 +90,9 @@ TEST_CASE("shard_sizes: n / k each, the remainder to the first devices") {
 }
 
 TEST_CASE("split_batch: each device gets its consecutive shard, labels follow their images") {
-  for (auto [n, k] : {std::pair{7, 2}, std::pair{8, 4}, std::pair{3, 3}}) {
+  // Plain ints, not a structured binding: CAPTURE's lambda cannot capture those (C++17, clang).
+  for (const std::pair<int, int>& c : {std::pair{7, 2}, std::pair{8, 4}, std::pair{3, 3}}) {
+    const int n = c.first, k = c.second;
     CAPTURE(n);
     CAPTURE(k);
     mgpu::DeviceSet devices(k);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chapters/01_lenet/lenet.h"
@@ -315,7 +316,9 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
     return Result{g.download(), m.read()};
   };
   const Result whole = run(1, 8);
-  for (auto [lanes, capacity] : {std::pair{1, 3}, std::pair{2, 3}, std::pair{3, 1}}) {
+  // Plain ints, not a structured binding: CAPTURE's lambda cannot capture those (C++17, clang).
+  for (const std::pair<int, int>& c : {std::pair{1, 3}, std::pair{2, 3}, std::pair{3, 1}}) {
+    const int lanes = c.first, capacity = c.second;
     CAPTURE(lanes);
     CAPTURE(capacity);
     const Result chunked = run(lanes, capacity);
@@ -352,7 +355,9 @@ TEST_CASE("evaluate_accuracy is the fraction classified right, whatever the chun
   const std::vector<float> hits = all.correct.download();
   const double expected = std::accumulate(hits.begin(), hits.end(), 0.0) / 10;
 
-  for (auto [lanes, capacity] : {std::pair{1, 10}, std::pair{1, 4}, std::pair{2, 4}, std::pair{3, 1}}) {
+  // Plain ints, not a structured binding: CAPTURE's lambda cannot capture those (C++17, clang).
+  for (const std::pair<int, int>& c : {std::pair{1, 10}, std::pair{1, 4}, std::pair{2, 4}, std::pair{3, 1}}) {
+    const int lanes = c.first, capacity = c.second;
     CAPTURE(lanes);
     CAPTURE(capacity);
     lenet::Lanes l(d, lanes, capacity);
