@@ -4,10 +4,77 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <map>
+#include <limits>
 
 namespace mgpu {
+
+// ---- The flag parser -----------------------------------------------------------------------
+
+namespace {
+
+// "--epochs" is an option; "-3" is a value (a negative number), and so is any other word.
+bool is_option(const std::string& word) { return word.rfind("--", 0) == 0; }
+
+// 1000000 rather than 1e+06, and 3.40282e+38 rather than 39 digits.
+std::string number_text(double x) {
+  char buf[32];
+  const bool whole = std::abs(x) < 1e15 && x == std::floor(x);
+  std::snprintf(buf, sizeof buf, whole ? "%.0f" : "%g", x);
+  return buf;
+}
+
+// Why `x`, written `value`, changes when stored as a Real ("" if it does not): too large, it
+// becomes inf; too small, 0 or a denormal (fewer significant digits than written).
+template <class Real>
+std::string check_fits(const std::string& flag, const std::string& value, double x) {
+  const Real r = static_cast<Real>(x);
+  const char* type = sizeof(Real) == sizeof(float) ? "a float" : "a double";
+  if (!std::isfinite(r))
+    return flag + " " + value + " is too large for " + type + " (at most " +
+           number_text(std::numeric_limits<Real>::max()) + ")";
+  if (x != 0 && !std::isnormal(r))
+    return flag + " " + value + " is too small for " + type + " (at least " +
+           number_text(std::numeric_limits<Real>::min()) + ")";
+  return "";
+}
+
+}  // namespace
+
+FlagsResult parse_flags(const std::vector<std::string>& args, const FlagTable& flags) {
+  FlagsResult r;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--help" || word == "-h") {
+      r.help = true;
+      return r;
+    }
+    // "--epochs=3" carries its value; "--epochs 3" takes the next word.
+    const std::size_t eq = word.find('=');
+    const bool inline_value = is_option(word) && eq != std::string::npos;
+    const std::string flag = inline_value ? word.substr(0, eq) : word;
+    const auto it = flags.find(flag);
+    if (it == flags.end()) {
+      r.error = (word.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + word + "'";
+      return r;
+    }
+    std::string value;
+    if (inline_value) {
+      value = word.substr(eq + 1);
+    } else if (i + 1 == args.size()) {
+      r.error = flag + " needs a value";
+      return r;
+    } else if (is_option(args[i + 1])) {
+      // "--out --epochs 3": the value was forgotten; taking "--epochs" as it would misreport the "3".
+      r.error = flag + " needs a value, got the option '" + args[i + 1] + "'";
+      return r;
+    } else {
+      value = args[++i];
+    }
+    r.error = it->second(flag, value);
+    if (!r.error.empty()) return r;
+  }
+  return r;
+}
 
 std::optional<long long> to_integer(const std::string& s) {
   if (s.empty()) return std::nullopt;
@@ -27,11 +94,57 @@ std::optional<double> to_real(const std::string& s) {
   return v;
 }
 
+std::string read_integer(const std::string& flag, const std::string& value, long long lo, long long hi,
+                         long long& n) {
+  const auto v = to_integer(value);
+  if (!v) return flag + " needs an integer, got '" + value + "'";
+  if (*v < lo)
+    return flag + " must be " + (lo == 0 ? "zero or more" : "at least " + std::to_string(lo)) + ", got " + value;
+  if (*v > hi) return flag + " must be at most " + std::to_string(hi) + ", got " + value;
+  n = *v;
+  return "";
+}
+
+FlagSetter positive_real_flag(float& dst) {
+  return [&dst](const std::string& flag, const std::string& value) -> std::string {
+    const auto x = to_real(value);
+    if (!x) return flag + " needs a number, got '" + value + "'";
+    if (*x <= 0) return flag + " must be positive, got " + value;
+    if (std::string why = check_fits<float>(flag, value, *x); !why.empty()) return why;
+    dst = static_cast<float>(*x);
+    return "";
+  };
+}
+
+FlagSetter real_flag(double& dst, double lo, double hi) {
+  return [&dst, lo, hi](const std::string& flag, const std::string& value) -> std::string {
+    const auto x = to_real(value);
+    if (!x) return flag + " needs a number, got '" + value + "'";
+    if (*x < lo)
+      return flag + " must be " + (lo == 0 ? "zero or more" : "at least " + number_text(lo)) + ", got " + value;
+    if (*x > hi) return flag + " must be at most " + number_text(hi) + ", got " + value;
+    if (std::string why = check_fits<double>(flag, value, *x); !why.empty()) return why;
+    dst = *x;
+    return "";
+  };
+}
+
+FlagSetter text_flag(std::string& dst, const std::string& what) {
+  return [&dst, what](const std::string& flag, const std::string& value) -> std::string {
+    if (value.empty()) return flag + " needs " + what;
+    dst = value;
+    return "";
+  };
+}
+
+// ---- The shared command line ---------------------------------------------------------------
+
 std::string usage(const ChapterInfo& c) {
-  std::string u = "usage: " + c.name + " [options]\n  " + c.summary + "\n\noptions:\n";
+  std::string u = "usage: " + c.name + " [options]\n  " + c.summary +
+                  "\n\noptions (--flag value or --flag=value):\n";
   u += "  --epochs N        passes over the training set (default 10)\n";
   u += "  --batch-size N    examples per step, summed over all devices (default 256)\n";
-  u += "  --lr X            SGD learning rate (default 0.2)\n";
+  u += "  --lr X            SGD learning rate, a positive float (default 0.2)\n";
   u += "  --devices K       logical devices to train on (default " + std::to_string(c.default_devices) +
        (c.max_devices == 1 ? "; this chapter uses exactly one)\n" : ")\n");
   u += "  --data-dir DIR    Fashion-MNIST directory (default: search, see data/README.md)\n";
@@ -40,105 +153,54 @@ std::string usage(const ChapterInfo& c) {
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
   if (c.max_devices > 1)
     u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
-  u += "  --help            this text\n";
+  u += "  --help, -h        this text\n";
   return u;
 }
 
-ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter) {
-  ParseResult r;
-  r.options.devices = chapter.default_devices;
-  Options& o = r.options;
+Options default_options(const ChapterInfo& chapter) {
+  Options o;
+  o.devices = chapter.default_devices;
+  return o;
+}
 
-  // Each flag: how to store its value, or the reason the value is refused.
-  auto positive_int = [](int& dst, long long lo) {
-    return [&dst, lo](const std::string& flag, const std::string& v) -> std::string {
-      const auto n = to_integer(v);
-      if (!n) return flag + " needs an integer, got '" + v + "'";
-      if (*n < lo) return flag + " must be " + (lo == 0 ? "zero or more" : "at least " + std::to_string(lo)) +
-                          ", got " + v;
-      if (*n > 1'000'000'000) return flag + " is too large: " + v;
-      dst = static_cast<int>(*n);
-      return "";
-    };
-  };
-  std::map<std::string, std::function<std::string(const std::string&, const std::string&)>> flags = {
-      {"--epochs", positive_int(o.epochs, 1)},
-      {"--batch-size", positive_int(o.batch_size, 1)},
-      {"--devices", positive_int(o.devices, 1)},
-      {"--limit-train", positive_int(o.limit_train, 0)},
-      {"--lr",
-       [&o](const std::string& flag, const std::string& v) -> std::string {
-         const auto x = to_real(v);
-         if (!x) return flag + " needs a number, got '" + v + "'";
-         if (*x <= 0) return flag + " must be positive, got " + v;
-         o.lr = static_cast<float>(*x);
-         return "";
-       }},
-      {"--seed",
-       [&o](const std::string& flag, const std::string& v) -> std::string {
-         const auto n = to_integer(v);
-         if (!n || *n < 0) return flag + " needs a non-negative integer, got '" + v + "'";
-         o.seed = static_cast<std::uint64_t>(*n);
-         return "";
-       }},
-      {"--data-dir",
-       [&o](const std::string& flag, const std::string& v) -> std::string {
-         if (v.empty()) return flag + " needs a directory";
-         o.data_dir = v;
-         return "";
-       }},
+FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
+  return {
+      {"--epochs", integer_flag(o.epochs, 1)},
+      {"--batch-size", integer_flag(o.batch_size, 1)},
+      {"--devices", integer_flag(o.devices, 1)},
+      {"--limit-train", integer_flag(o.limit_train, 0)},
+      {"--seed", integer_flag(o.seed, 0, std::numeric_limits<long long>::max())},
+      {"--lr", positive_real_flag(o.lr)},
+      {"--data-dir", text_flag(o.data_dir, "a directory")},
+      {"--out", text_flag(o.out, "a directory")},
       {"--eval",
-       [&o, &chapter](const std::string& flag, const std::string& v) -> std::string {
-         if (chapter.max_devices == 1) return flag + " is for chapters with several devices";
+       [&o, several = chapter.max_devices > 1](const std::string& flag, const std::string& v) -> std::string {
+         if (!several) return flag + " is for chapters with several devices";
          if (v != "all" && v != "device0") return flag + " must be 'all' or 'device0', got '" + v + "'";
          o.eval_all_devices = v == "all";
          return "";
        }},
-      {"--out",
-       [&o](const std::string& flag, const std::string& v) -> std::string {
-         if (v.empty()) return flag + " needs a directory";
-         o.out = v;
-         return "";
-       }},
   };
+}
 
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    if (flag == "--help" || flag == "-h") {
-      r.help = true;
-      return r;
-    }
-    bool inline_value = false;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);  // --epochs=3
-      flag = flag.substr(0, eq);
-      inline_value = true;
-    }
-    const auto it = flags.find(flag);
-    if (it == flags.end()) {
-      r.error = "unknown option '" + args[i] + "'";
-      return r;
-    }
-    if (!inline_value) {
-      if (i + 1 >= args.size()) {
-        r.error = flag + " needs a value";
-        return r;
-      }
-      value = args[++i];
-    }
-    if (std::string why = it->second(flag, value); !why.empty()) {
-      r.error = why;
-      return r;
-    }
-  }
-
+std::string check_options(const Options& o, const ChapterInfo& chapter) {
   if (o.devices > chapter.max_devices)
-    r.error = chapter.name + " trains on " + std::to_string(chapter.max_devices) +
-              " device(s); --devices " + std::to_string(o.devices) + " is not possible here" +
-              (chapter.max_devices == 1 ? " (chapter 02 splits a batch across devices)" : "");
-  else if (o.batch_size < o.devices)
-    r.error = "--batch-size " + std::to_string(o.batch_size) + " is smaller than --devices " +
-              std::to_string(o.devices) + ": every device needs at least one example";
+    return chapter.name + " trains on " + std::to_string(chapter.max_devices) + " device(s); --devices " +
+           std::to_string(o.devices) + " is not possible here" +
+           (chapter.max_devices == 1 ? " (chapter 02 splits a batch across devices)" : "");
+  if (o.batch_size < o.devices)
+    return "--batch-size " + std::to_string(o.batch_size) + " is smaller than --devices " +
+           std::to_string(o.devices) + ": every device needs at least one example";
+  return "";
+}
+
+ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter) {
+  ParseResult r;
+  r.options = default_options(chapter);
+  const FlagsResult f = parse_flags(args, common_flags(r.options, chapter));
+  r.help = f.help;
+  r.error = f.error;
+  if (!r.help && r.error.empty()) r.error = check_options(r.options, chapter);
   return r;
 }
 

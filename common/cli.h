@@ -3,13 +3,63 @@
 //   --seed N  --out DIR  --help
 // Defaults are d2l's (10 epochs, batch 256, lr 0.2). A bad value or an unknown flag
 // prints the reason and the usage, and exits with status 2.
+//
+// Below it, the small flag parser that reads it, for any program's own flags too (chapter 03's
+// benchmark uses it), so that every program of the repository reads a command line the same way.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace mgpu {
+
+// ---- The flag parser -----------------------------------------------------------------------
+//
+// A program describes its flags as a table: flag -> setter. A setter stores its value, or
+// returns why it refuses it (an empty string: accepted). parse_flags() reads the words in order:
+//   --flag value, --flag=value   the flag's setter gets the value; "--flag --other" is refused
+//                                (a forgotten value), "--flag=--x" gives a value that starts with --
+//   --help, -h                   stop: the caller prints the usage
+//   anything else                refused: an unknown option, a stray word
+// Pure (no printing, no exiting), so the tests can call it.
+using FlagSetter = std::function<std::string(const std::string& flag, const std::string& value)>;
+using FlagTable = std::map<std::string, FlagSetter>;
+
+struct FlagsResult {
+  bool help = false;  // --help or -h was given
+  std::string error;  // non-empty: why the command line was refused
+};
+FlagsResult parse_flags(const std::vector<std::string>& args, const FlagTable& flags);
+
+// Whole-string number parsing: "12abc", "", "1e3" (as an integer), out-of-range and non-finite
+// values give nullopt.
+std::optional<long long> to_integer(const std::string& s);
+std::optional<double> to_real(const std::string& s);
+
+// Setters for the usual kinds of value. Each refusal names the flag and quotes the value.
+// A whole number from lo to hi ("--epochs must be at least 1, got 0").
+std::string read_integer(const std::string& flag, const std::string& value, long long lo, long long hi,
+                         long long& n);
+template <class Int>
+FlagSetter integer_flag(Int& dst, long long lo, long long hi = 1'000'000'000) {
+  return [&dst, lo, hi](const std::string& flag, const std::string& value) {
+    long long n = 0;
+    std::string why = read_integer(flag, value, lo, hi, n);
+    if (why.empty()) dst = static_cast<Int>(n);
+    return why;
+  };
+}
+// A real number, checked as the float or double it is stored in, not as the number written:
+// "1e300" is inf as a float and "1e-46" is 0, and neither is what was asked for.
+FlagSetter positive_real_flag(float& dst);                  // > 0 (a learning rate)
+FlagSetter real_flag(double& dst, double lo, double hi);  // from lo to hi
+// Text that may not be empty (a directory, a file); `what` names it: "--out needs a directory".
+FlagSetter text_flag(std::string& dst, const std::string& what);
+
+// ---- The shared command line ---------------------------------------------------------------
 
 struct Options {
   int epochs = 10;
@@ -40,12 +90,14 @@ struct ParseResult {
 // Pure function (no printing, no exiting), so the tests can call it.
 ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter);
 
-std::string usage(const ChapterInfo& chapter);
+// The pieces of parse_options, for a chapter with flags of its own: start from
+// default_options(chapter), add the chapter's flags to common_flags(options, chapter), call
+// parse_flags() once, then check_options() (the checks between flags, once all are read).
+Options default_options(const ChapterInfo& chapter);
+FlagTable common_flags(Options& o, const ChapterInfo& chapter);
+std::string check_options(const Options& o, const ChapterInfo& chapter);
 
-// Whole-string number parsing, for any program's own flags: "12abc", "", "1e3" (as an
-// integer), out-of-range and non-finite values give nullopt.
-std::optional<long long> to_integer(const std::string& s);
-std::optional<double> to_real(const std::string& s);
+std::string usage(const ChapterInfo& chapter);
 
 // For main(): parse, or print the reason and the usage and exit(2); --help exits 0.
 Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter);

@@ -4,7 +4,8 @@
 // The directory is looked up in this order (the first holding the files wins):
 //   --data-dir, $FASHION_MNIST_DIR, data/fashion-mnist/ (in the repository),
 //   /usr/share/datasets/fashion-mnist/ (Debian's dataset-fashion-mnist).
-// A missing, truncated or corrupt file raises mgpu::Error naming the file and the fault.
+// A missing, truncated or corrupt file raises mgpu::Error naming the file and the fault
+// (data/README.md lists every check).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,11 +32,17 @@ inline const char* const kClassNames[kClasses] = {"t-shirt", "trouser", "pullove
 // The directory to read from; throws mgpu::Error listing every place it looked.
 std::string find_fashion_mnist(const std::string& data_dir_flag);
 
-// One IDX pair (images + labels). Checks magic numbers, sizes, the gzip stream's integrity,
-// that both files hold the same number of examples, and that labels are 0..9.
+// One IDX pair (images + labels), any image size. Each file must be a regular file holding
+// exactly one whole gzip member whose CRC-32 and length zlib has verified, with nothing after
+// it. Checks the magic numbers; that the image header declares at least one image, no side
+// of 0 and at most 1 GiB of pixels; that each file holds exactly what its header declares;
+// that both hold the same number of examples; and that labels are 0..9. Memory grows with the
+// data actually read, never sized from a header's count alone.
 LabeledImages load_idx(const std::string& images_path, const std::string& labels_path);
 
-// Both splits; limit_train > 0 keeps the first limit_train training images.
+// Both splits, whose images must be 28x28. limit_train > 0 keeps the first limit_train
+// training images; 0, or a limit at or above the training set's size, keeps them all; a
+// negative limit is refused.
 FashionMnist load_fashion_mnist(const std::string& data_dir_flag, int limit_train = 0);
 
 }  // namespace mgpu

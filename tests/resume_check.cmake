@@ -1,5 +1,6 @@
 # Chapter 05's checkpoints, end to end: a run of 3 epochs, and the same run stopped after 2 and
-# resumed from its checkpoint to 3, must print the same curve.
+# resumed from its checkpoint to 3, must print the same curve; a resume that leaves nothing to
+# train (--epochs at or below the checkpoint's) must be refused, every rank exiting with status 1.
 #   cmake -DLAUNCH="<mpiexec -n 2 ...>" -DPROGRAM=<05_multi_process> -DOUT=<dir> -P resume_check.cmake
 # An empty LAUNCH (no mpiexec) prints "mpiexec not found", which the test reports as skipped.
 foreach(var LAUNCH PROGRAM OUT)
@@ -30,6 +31,18 @@ if(EXISTS ${OUT}/run.ckpt.tmp OR NOT EXISTS ${OUT}/run.ckpt)
   message(FATAL_ERROR "the checkpoint should be ${OUT}/run.ckpt, with no .tmp left")
 endif()
 run("resumed to 3 epochs" --epochs 3 --resume ${OUT}/run.ckpt --out ${OUT}/parts)
+
+# --epochs counts the whole run: resuming the 2 saved epochs with --epochs 2 or 1 has nothing to do.
+foreach(epochs 2 1)
+  execute_process(COMMAND ${launch} ${PROGRAM} ${recipe} --epochs ${epochs} --resume ${OUT}/run.ckpt
+                          --out ${OUT}/refused
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  message("--- resumed with --epochs ${epochs}: exit status ${status}\n${out}${err}")
+  set(says "rank 0: error: [^\n]*run.ckpt: the checkpoint holds 2 finished epoch\\(s\\), and --epochs ${epochs} asks for no more")
+  if(NOT status STREQUAL "1" OR NOT "${out}${err}" MATCHES "${says}")
+    message(FATAL_ERROR "a resume with --epochs ${epochs} from 2 saved epochs should be refused (status 1, '${says}')")
+  endif()
+endforeach()
 
 # The CSVs' columns epoch, loss, train acc, test acc must agree in every row (the seconds differ).
 foreach(part whole parts)

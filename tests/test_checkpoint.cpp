@@ -1,12 +1,20 @@
 // Chapter 05's checkpoints (chapters/05_multi_process/checkpoint.h): what is written is read
-// back exactly, the file appears in one step, and a damaged file is refused with a message
-// that names it and says what is wrong.
+// back exactly, the file appears in one step and durably, a failed write leaves nothing behind,
+// only regular files are read or replaced, and a damaged file is refused with a message that
+// names it and says what is wrong.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chapters/05_multi_process/checkpoint.h"
@@ -111,9 +119,117 @@ TEST_CASE("the file appears in one step: written to FILE.tmp, renamed, nothing l
 TEST_CASE("a checkpoint that cannot be written names the file") {
   TempDir dir;
   const std::string path = dir.file("no-such-dir/run.ckpt");
-  const std::string tmp = path + ".tmp";
-  CHECK_THROWS_WITH_AS(mp::write_checkpoint(path, sample(1)), doctest::Contains(tmp.c_str()), mgpu::Error);
+  const std::string says = path + ": the folder " + dir.file("no-such-dir") + " does not exist";
+  CHECK_THROWS_WITH_AS(mp::write_checkpoint(path, sample(1)), doctest::Contains(says.c_str()), mgpu::Error);
 }
+
+// A resource limit of this process, set for the scope of one check and restored after it.
+struct ScopedLimit {
+  int resource;
+  rlimit saved{};
+  ScopedLimit(int r, rlim_t soft) : resource(r) {
+    getrlimit(resource, &saved);
+    rlimit lowered = saved;
+    lowered.rlim_cur = std::min(soft, saved.rlim_max);
+    REQUIRE(setrlimit(resource, &lowered) == 0);
+  }
+  ~ScopedLimit() { setrlimit(resource, &saved); }
+  ScopedLimit(const ScopedLimit&) = delete;
+  ScopedLimit& operator=(const ScopedLimit&) = delete;
+};
+
+TEST_CASE("a write that fails leaves no FILE.tmp behind, and the previous checkpoint as it was") {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  mp::write_checkpoint(path, sample(1));
+  {
+    // Files of this process may grow to 100 bytes: the write of the next checkpoint fails half
+    // way (EFBIG; the signal that would otherwise end the process is ignored meanwhile).
+    const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+    const ScopedLimit small_files(RLIMIT_FSIZE, 100);
+    CHECK_THROWS_WITH_AS(mp::write_checkpoint(path, sample(2)),
+                         doctest::Contains((path + ".tmp: cannot write the checkpoint").c_str()), mgpu::Error);
+    std::signal(SIGXFSZ, previous);
+  }
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK(mp::read_checkpoint(path, kParams).epochs_done == 1);
+}
+
+TEST_CASE("only a regular file is replaced: a folder, a FIFO or a symbolic link is refused and left as it was") {
+  TempDir dir;
+  const std::string folder = dir.file("a-folder"), fifo = dir.file("a-fifo"), link = dir.file("a-link");
+  fs::create_directory(folder);
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  write_bytes(dir.file("elsewhere.ckpt"), "not ours to replace");
+  fs::create_symlink(dir.file("elsewhere.ckpt"), link);
+  for (const auto& target : {std::pair{folder, "a folder"}, std::pair{fifo, "a FIFO"},
+                             std::pair{link, "a symbolic link"}}) {
+    const std::string& path = target.first;
+    CAPTURE(path);
+    const std::string says = path + ": not a regular file but " + target.second;
+    CHECK_THROWS_WITH_AS(mp::write_checkpoint(path, sample(1)), doctest::Contains(says.c_str()), mgpu::Error);
+    CHECK_THROWS_WITH_AS(mp::check_checkpoint_target(path), doctest::Contains(says.c_str()), mgpu::Error);
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+  }
+  CHECK(fs::is_directory(folder));
+  CHECK(fs::is_fifo(fifo));
+  CHECK(fs::is_symlink(link));
+  std::ifstream elsewhere(dir.file("elsewhere.ckpt"));
+  CHECK(std::string(std::istreambuf_iterator<char>(elsewhere), {}) == "not ours to replace");
+}
+
+TEST_CASE("check_checkpoint_target: a checkpoint that could not be written is refused before training") {
+  TempDir dir;
+  write_bytes(dir.file("a-file"), "x");
+  CHECK_THROWS_WITH_AS(mp::check_checkpoint_target(dir.file("absent/run.ckpt")),
+                       doctest::Contains((dir.file("absent/run.ckpt") + ": the folder " + dir.file("absent") +
+                                          " does not exist").c_str()),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(mp::check_checkpoint_target(dir.file("a-file/run.ckpt")),
+                       doctest::Contains((dir.file("a-file") + " is not a folder").c_str()), mgpu::Error);
+  // A new name, or a checkpoint to replace, in a folder that takes files: accepted, and the
+  // trial file it created to find out is gone (the checkpoint itself is untouched).
+  CHECK_NOTHROW(mp::check_checkpoint_target(dir.file("new.ckpt")));
+  mp::write_checkpoint(dir.file("old.ckpt"), sample(1));
+  CHECK_NOTHROW(mp::check_checkpoint_target(dir.file("old.ckpt")));
+  CHECK(mp::read_checkpoint(dir.file("old.ckpt"), kParams).epochs_done == 1);
+  CHECK_FALSE(fs::exists(dir.file("new.ckpt")));
+  CHECK_FALSE(fs::exists(dir.file("new.ckpt.tmp")));
+  CHECK_FALSE(fs::exists(dir.file("old.ckpt.tmp")));
+}
+
+#if MGPU_TEST_WRAPS_FSYNC
+// This program is linked with -Wl,--wrap=fsync (tests/CMakeLists.txt): every call of fsync() in
+// it, the checkpoint code's included, comes here first. We note what is flushed, and whether by
+// then the checkpoint has its final name, and pass the call on.
+struct Flushed {
+  std::string what;        // the file or folder flushed
+  bool renamed = false;    // the watched checkpoint was in place, its .tmp gone
+};
+std::vector<Flushed> g_flushed;
+std::string g_watched;  // the checkpoint being written
+
+extern "C" int __real_fsync(int fd);
+extern "C" int __wrap_fsync(int fd) {
+  std::error_code ec;
+  const fs::path what = fs::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+  g_flushed.push_back({what.string(), fs::exists(g_watched) && !fs::exists(g_watched + ".tmp")});
+  return __real_fsync(fd);
+}
+
+TEST_CASE("durable: the file is flushed before the rename, its folder after it") {
+  TempDir dir;
+  const fs::path folder = fs::canonical(dir.path);  // what /proc/self/fd names
+  g_watched = (folder / "run.ckpt").string();
+  g_flushed.clear();
+  mp::write_checkpoint(g_watched, sample(1));
+  REQUIRE(g_flushed.size() == 2);
+  CHECK(g_flushed[0].what == g_watched + ".tmp");  // the bytes, under the temporary name
+  CHECK_FALSE(g_flushed[0].renamed);
+  CHECK(g_flushed[1].what == folder.string());  // the rename, which lives in the folder
+  CHECK(g_flushed[1].renamed);
+}
+#endif
 
 TEST_CASE("missing, foreign and empty files are refused") {
   TempDir dir;
@@ -159,6 +275,59 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
   write_bytes(path, good);
   CHECK_THROWS_WITH_AS(mp::read_checkpoint(path, 129068),
                        doctest::Contains("holds 1000 parameters, this model has 129068"), mgpu::Error);
+}
+
+// The address space this process uses now, in bytes (for a cap relative to it).
+rlim_t address_space_now() {
+  std::ifstream statm("/proc/self/statm");
+  rlim_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Sanitizers map shadow memory as a program allocates, and do not work under a capped address
+// space: built with one, the caps below are left out (the checks still run, unguarded).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// At most `headroom` bytes more address space than now, for the scope of one check.
+std::optional<ScopedLimit> memory_headroom(rlim_t headroom) {
+  if (kSanitized) return std::nullopt;
+  return std::optional<ScopedLimit>(std::in_place, RLIMIT_AS, address_space_now() + headroom);
+}
+
+TEST_CASE("only a regular file is read: a folder, /dev/null, /dev/zero and a FIFO are refused, and none hangs") {
+  TempDir dir;
+  REQUIRE(mkfifo(dir.file("a-fifo").c_str(), 0600) == 0);  // opening it to read would wait for a writer
+  check_refused(dir.path.string(), "not a regular file but a folder");
+  check_refused("/dev/null", "not a regular file but a character device");
+  {
+    // /dev/zero never ends: should this rule ever break, the read would grow until memory runs
+    // out. The address space is capped meanwhile, so that it fails here (bad_alloc) instead.
+    const auto bounded_memory = memory_headroom(256u << 20);
+    check_refused("/dev/zero", "not a regular file but a character device");
+  }
+  check_refused(dir.file("a-fifo"), "not a regular file but a FIFO");
+}
+
+TEST_CASE("no more is read than the header says the file has") {
+  TempDir dir;
+  const std::string path = dir.file("long.ckpt");
+  const std::string good = mp::encode_checkpoint(sample(1));
+  write_bytes(path, good + std::string(32u << 20, 'x'));  // a checkpoint, then 32 MiB more
+  // Refused on the file's size, having read the header only: with 16 MiB of memory to spare, a
+  // reader that loads the whole file first fails (bad_alloc) instead of passing.
+  const auto bounded_memory = memory_headroom(16u << 20);
+  check_refused(path, "its header accounts for " + std::to_string(good.size()));
 }
 
 }  // namespace

@@ -118,7 +118,18 @@ TEST_CASE("values that are not numbers (or not whole ones) are refused, naming t
   check_refused({"--lr", "nan"}, kLenet, "--lr");
   check_refused({"--lr", "inf"}, kLenet, "--lr");
   check_refused({"--epochs", "99999999999999999999"}, kLenet, "--epochs");  // beyond long long
-  check_refused({"--epochs", "2000000000"}, kLenet, "--epochs");            // beyond the limit
+  check_refused({"--epochs", "2000000000"}, kLenet, "--epochs must be at most 1000000000");  // beyond the limit
+}
+
+TEST_CASE("--lr is checked as the float it becomes, not as the number written") {
+  // 1e300 and 1e-46 are fine doubles but no floats: they would train with lr = inf and lr = 0.
+  check_refused({"--lr", "1e300"}, kLenet, "--lr 1e300 is too large for a float");
+  check_refused({"--lr", "1e39"}, kLenet, "--lr 1e39 is too large for a float");
+  check_refused({"--lr", "1e-46"}, kLenet, "--lr 1e-46 is too small for a float");
+  check_refused({"--lr", "1e-40"}, kLenet, "--lr 1e-40 is too small for a float");  // denormal: digits lost
+  // The ends of the float range still pass.
+  CHECK(mgpu::parse_options({"--lr", "3e38"}, kLenet).options.lr == 3e38f);
+  CHECK(mgpu::parse_options({"--lr", "1e-37"}, kLenet).options.lr == 1e-37f);
 }
 
 TEST_CASE("empty values are refused, naming the flag") {
@@ -132,13 +143,46 @@ TEST_CASE("empty values are refused, naming the flag") {
 TEST_CASE("a flag without its value at the end of the line is refused") {
   check_refused({"--epochs"}, kLenet, "--epochs needs a value");
   check_refused({"--epochs", "3", "--lr"}, kLenet, "--lr needs a value");
+  // A flag where a value should be is not taken as the value: '--out --epochs 3' would have
+  // written to a folder called '--epochs' and then refused the '3'.
+  check_refused({"--out", "--epochs", "3"}, kLenet, "--out needs a value, got the option '--epochs'");
+  CHECK(mgpu::parse_options({"--out=--odd"}, kLenet).options.out == "--odd");  // '=' can still give one
 }
 
 TEST_CASE("an unknown flag or a stray word is refused, quoting it") {
   check_refused({"--bogus"}, kLenet, "--bogus");
   check_refused({"--bogus=1"}, kLenet, "--bogus");
-  check_refused({"--epochs", "3", "extra"}, kLenet, "extra");
+  check_refused({"--epochs", "3", "extra"}, kLenet, "unexpected argument 'extra'");
   check_refused({"-e", "3"}, kLenet, "-e");
+}
+
+TEST_CASE("the flag parser, for a program's own flags") {
+  // What chapter 03's benchmark does: its own table of flag -> setter.
+  int n = 0;
+  double x = 1;
+  std::string name;
+  const mgpu::FlagTable flags = {{"--n", mgpu::integer_flag(n, 0, 10)},
+                                 {"--x", mgpu::real_flag(x, 0, 100)},
+                                 {"--name", mgpu::text_flag(name, "a name")}};
+  CHECK(mgpu::parse_flags({"--n", "3", "--x=2.5", "--name", "a=b"}, flags).error == "");
+  CHECK(n == 3);
+  CHECK(x == 2.5);
+  CHECK(name == "a=b");  // only a flag's first '=' splits it
+  CHECK(mgpu::parse_flags({"-h"}, flags).help);
+  CHECK(mgpu::parse_flags({"--n", "1", "--help", "--bogus"}, flags).help);  // read in order
+  CHECK(mgpu::parse_flags({"--n", "11"}, flags).error == "--n must be at most 10, got 11");
+  CHECK(mgpu::parse_flags({"--n", "-1"}, flags).error == "--n must be zero or more, got -1");
+  CHECK(mgpu::parse_flags({"--x", "101"}, flags).error == "--x must be at most 100, got 101");
+  CHECK(mgpu::parse_flags({"--x", "-0.5"}, flags).error == "--x must be zero or more, got -0.5");
+  CHECK(mgpu::parse_flags({"--x", "1e-320"}, flags).error != "");  // a denormal double: digits lost
+  CHECK(mgpu::parse_flags({"--name="}, flags).error == "--name needs a name");
+  CHECK(mgpu::parse_flags({"--n"}, flags).error == "--n needs a value");
+  CHECK(mgpu::parse_flags({"--n", "--x", "1"}, flags).error == "--n needs a value, got the option '--x'");
+  CHECK(mgpu::parse_flags({"--n", "1", "--bogus"}, flags).error == "unknown option '--bogus'");
+  CHECK(mgpu::parse_flags({"-n", "1"}, flags).error == "unknown option '-n'");
+  CHECK(mgpu::parse_flags({"word"}, flags).error == "unexpected argument 'word'");
+  // The first refusal is the one reported.
+  CHECK(mgpu::parse_flags({"--n", "x", "--bogus"}, flags).error == "--n needs an integer, got 'x'");
 }
 
 TEST_CASE("device counts the chapter cannot run are refused") {

@@ -5,22 +5,56 @@
 // big-endian 32-bit size per dimension (images: count, rows, cols; labels: count), then one
 // byte per pixel or label. Fashion-MNIST ships each file gzip'd.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "common/check.h"
 #include "common/fashion_mnist.h"
+
+// ------------------------------------------------------------- watching the loader's memory
+
+// While an AllocationCeiling lives, any single request to operator new above its limit fails
+// with std::bad_alloc instead of being served. The loader must not size a buffer from what a
+// header claims: with a ceiling far below the claim, a loader that tries gets std::bad_alloc,
+// not the mgpu::Error the tests expect, and no machine's memory is spent finding that out.
+// (Replacing the global operator new is standard C++; it applies to this test program only.)
+namespace {
+std::atomic<std::size_t> g_allocation_ceiling{SIZE_MAX};
+
+struct AllocationCeiling {
+  explicit AllocationCeiling(std::size_t bytes) { g_allocation_ceiling = bytes; }
+  ~AllocationCeiling() { g_allocation_ceiling = SIZE_MAX; }
+};
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (bytes > g_allocation_ceiling) throw std::bad_alloc();
+  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
+  throw std::bad_alloc();
+}
+// GCC cannot see that this operator new is malloc underneath, and would warn about free().
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 
@@ -209,7 +243,25 @@ TEST_CASE("a file that is not gzip at all, with a garbage header, is refused") {
   const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
   write_raw(images, {'n', 'o', 't', ' ', 'g', 'z', 'i', 'p', '!', '\n', 0xde, 0xad, 0xbe, 0xef, 1, 2, 3});
   write_gz(labels, idx_labels(kLabels));
-  check_refused(images, labels, images, "magic");
+  check_refused(images, labels, images, "not a gzip file");
+}
+
+TEST_CASE("an empty file is refused as such") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_raw(images, {});
+  write_gz(labels, idx_labels(kLabels));
+  check_refused(images, labels, images, "is empty");
+}
+
+// An uncompressed IDX file has no CRC: nothing would tell a flipped bit in its pixels. The
+// loader reads gzip only (zlib's gzread would pass such a file through as it is).
+TEST_CASE("a valid IDX file that is not gzip'd is refused: it carries no checksum") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_raw(images, idx_images(3, 2, 4, kPixels));
+  write_gz(labels, idx_labels(kLabels));
+  check_refused(images, labels, images, "not a gzip file");
 }
 
 TEST_CASE("an implausible image header (zero rows) is refused") {
@@ -319,6 +371,137 @@ TEST_CASE("data beyond what the header declares is refused") {
   }
 }
 
+// The gzip trailer (CRC-32 and length) comes after the last data byte, and only a reader that
+// goes on to the stream's end learns whether it is there and matches. zlib's gzread does not
+// always: once it has read the file's last bytes, an empty input buffer looks like a clean end.
+// Through it, a file this large cut by 1 to 8 bytes, even with a bit of its pixels flipped,
+// loaded without complaint; the loader now drives inflate() to the end of the stream itself.
+TEST_CASE("a large gzip file cut anywhere in its trailer is refused, flipped bit or not") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_gz(images, idx_images(500, 28, 28, noise(500 * 28 * 28)));
+  write_gz(labels, idx_labels(noise(500, 7, 10)));
+  REQUIRE_NOTHROW(mgpu::load_idx(images, labels));
+  const Bytes gz = read_raw(images);
+  for (int flip : {0, 1}) {
+    for (std::size_t cut = 1; cut <= 8; ++cut) {
+      CAPTURE(flip);
+      CAPTURE(cut);
+      Bytes bad(gz.begin(), gz.end() - cut);
+      if (flip) bad[bad.size() / 2] ^= 0x01;  // a bit in the middle of the pixels' deflate data
+      write_raw(images, bad);
+      const std::string message = error_of([&] { mgpu::load_idx(images, labels); });
+      INFO("message: ", message);
+      CHECK(contains(message, images));
+      // Without a flipped bit the stream is only short; with one, zlib may see the damage first.
+      CHECK((contains(message, "truncated") || contains(message, "corrupt")));
+    }
+  }
+}
+
+TEST_CASE("bytes after the end of the gzip stream are refused") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_gz(images, idx_images(3, 2, 4, kPixels));
+  write_gz(labels, idx_labels(kLabels));
+  const Bytes whole = read_raw(labels);
+  SUBCASE("a few stray bytes") {
+    Bytes file = whole;
+    for (unsigned char b : {'x', 'y', 'z'}) file.push_back(b);
+    write_raw(labels, file);
+    check_refused(images, labels, labels, "after the end of its gzip stream");
+  }
+  SUBCASE("one zero byte") {
+    Bytes file = whole;
+    file.push_back(0);
+    write_raw(labels, file);
+    check_refused(images, labels, labels, "after the end of its gzip stream");
+  }
+}
+
+// gzip allows a file of several members one after another (`cat a.gz b.gz`); Fashion-MNIST's
+// files, and Debian's recompressed ones, are one member each. The loader reads exactly one
+// member, so one CRC covers the whole payload, and refuses a second, saying so.
+TEST_CASE("a second gzip member after the first is refused") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  const Bytes idx = idx_images(3, 2, 4, kPixels);
+  write_gz(images, Bytes(idx.begin(), idx.begin() + 20));  // the header and 4 pixels
+  Bytes file = read_raw(images);
+  write_gz(images, Bytes(idx.begin() + 20, idx.end()));  // the other 20 pixels
+  const Bytes second = read_raw(images);
+  file.insert(file.end(), second.begin(), second.end());
+  write_raw(images, file);
+  write_gz(labels, idx_labels(kLabels));
+  check_refused(images, labels, images, "more than one gzip member");
+}
+
+// An image file whose header claims `count` images of 28x28 and holds 3 images of 2x4 pixels'
+// worth, and a label file claiming `count` labels and holding 3, so the counts agree.
+void write_lying_pair(const std::string& images, const std::string& labels, std::uint32_t count) {
+  write_gz(images, idx_images(count, 28, 28, kPixels));
+  Bytes file;
+  put_u32(file, 0x801);
+  put_u32(file, count);
+  file.insert(file.end(), kLabels.begin(), kLabels.end());
+  write_gz(labels, file);
+}
+
+TEST_CASE("a header claiming 10 million images (7.8 GB of pixels) is refused before any allocation") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_lying_pair(images, labels, 10'000'000);
+  const AllocationCeiling ceiling(64u << 20);  // 64 MiB in one piece: far more than these files hold
+  check_refused(images, labels, images, "implausible");
+}
+
+TEST_CASE("a header claiming 1 million images (784 MB) in a file of a few bytes costs only those bytes") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_lying_pair(images, labels, 1'000'000);
+  const AllocationCeiling ceiling(64u << 20);
+  check_refused(images, labels, images, "truncated");
+}
+
+// A FIFO opened for reading blocks until some process writes to it: a loader that opens it
+// waits forever. The loader runs on another thread here; if it has not answered in 10 s the
+// test becomes the writer the loader waits for, so that a failing loader fails, not hangs.
+TEST_CASE("a FIFO given as a data file is refused at once, never waited on") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  REQUIRE(mkfifo(images.c_str(), 0600) == 0);
+  write_gz(labels, idx_labels(kLabels));
+  auto message = std::async(std::launch::async, [&] { return error_of([&] { mgpu::load_idx(images, labels); }); });
+  const bool answered = message.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  CHECK_MESSAGE(answered, "load_idx is blocked opening the FIFO");
+  if (!answered) close(open(images.c_str(), O_WRONLY));  // an empty write end lets it go on
+  const std::string text = message.get();
+  INFO("message: ", text);
+  CHECK(contains(text, images));
+  CHECK(contains(text, "FIFO"));
+}
+
+TEST_CASE("a directory or a device given as a data file is refused, naming it") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_gz(labels, idx_labels(kLabels));
+  SUBCASE("a directory") {
+    fs::create_directory(images);
+    check_refused(images, labels, images, "is a directory, not a regular file");
+  }
+  SUBCASE("a character device") {
+    check_refused("/dev/null", labels, "/dev/null", "is a character device, not a regular file");
+  }
+}
+
+TEST_CASE("a set of zero images is refused, naming the file") {
+  TempDir dir;
+  const std::string images = dir.file("images.gz"), labels = dir.file("labels.gz");
+  write_gz(images, idx_images(0, 2, 4, {}));
+  write_gz(labels, idx_labels({}));
+  check_refused(images, labels, images, "no images");
+}
+
 // ------------------------------------------------------------------- finding the directory
 
 // The four files of a tiny Fashion-MNIST (5 training and 3 test images of 28x28) in `dir`.
@@ -386,10 +569,34 @@ TEST_CASE("$FASHION_MNIST_DIR without the files is passed over for the next plac
   }
 }
 
-TEST_CASE("images that are not 28x28 are refused as Fashion-MNIST") {
+TEST_CASE("images that are not 28x28 are refused as Fashion-MNIST, naming the file") {
   TempDir tiny;
   write_tiny_dataset(tiny, /*side=*/27);
-  CHECK_THROWS_WITH_AS(mgpu::load_fashion_mnist(tiny.path.string()), doctest::Contains("28x28"), mgpu::Error);
+  const std::string message = error_of([&] { mgpu::load_fashion_mnist(tiny.path.string()); });
+  INFO("message: ", message);
+  CHECK(contains(message, "28x28"));
+  CHECK(contains(message, tiny.file("train-images-idx3-ubyte.gz")));
+}
+
+TEST_CASE("an empty test set is refused, naming its file (not trained on to give test_acc=nan)") {
+  TempDir tiny;
+  write_tiny_dataset(tiny);
+  write_gz(tiny.file("t10k-images-idx3-ubyte.gz"), idx_images(0, 28, 28, {}));
+  write_gz(tiny.file("t10k-labels-idx1-ubyte.gz"), idx_labels({}));
+  const std::string message = error_of([&] { mgpu::load_fashion_mnist(tiny.path.string()); });
+  INFO("message: ", message);
+  CHECK(contains(message, tiny.file("t10k-images-idx3-ubyte.gz")));
+  CHECK(contains(message, "no images"));
+}
+
+TEST_CASE("limit_train: 0 or at least the set's size keeps every image; a negative one is refused") {
+  TempDir tiny;
+  write_tiny_dataset(tiny);  // 5 training images
+  CHECK(mgpu::load_fashion_mnist(tiny.path.string(), 0).train.count == 5);
+  CHECK(mgpu::load_fashion_mnist(tiny.path.string(), 5).train.count == 5);
+  CHECK(mgpu::load_fashion_mnist(tiny.path.string(), 1000).train.count == 5);
+  CHECK(mgpu::load_fashion_mnist(tiny.path.string(), 1).train.count == 1);
+  CHECK_THROWS_WITH_AS(mgpu::load_fashion_mnist(tiny.path.string(), -1), doctest::Contains("limit"), mgpu::Error);
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 // world of one, run by rank 0 alone.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -180,6 +182,94 @@ TEST_CASE("checkpoint after epoch 1, resume: the uninterrupted run, on the same 
     CHECK_THROWS_WITH_AS(train(alone(), other), doctest::Contains("--batch-size 13, this run has --batch-size 14"),
                          mgpu::Error);
     std::filesystem::remove(file);
+  }
+}
+
+// A file name in the temporary folder, made of rank 0's process id and the same on every rank
+// (only rank 0 writes and reads checkpoints; every rank checks the messages that name them).
+std::string temp_file(const mp::World& w, const std::string& name) {
+  int pid = getpid();
+  mp::broadcast_from_rank0(w, &pid, sizeof pid);
+  return (std::filesystem::temp_directory_path() / ("mgpu-test-" + std::to_string(pid) + "-" + name)).string();
+}
+
+// `call` must throw mgpu::Error on every rank, with a message containing `says`: a fault on one
+// rank that leaves another running, or waiting, fails here (or, waiting, hangs the run, which
+// ctest's time limit turns into a failure).
+template <class F>
+void check_every_rank_stops(F call, const std::string& says) {
+  bool stopped = false;
+  try {
+    call();
+  } catch (const mgpu::Error& e) {
+    stopped = true;
+    INFO("message: ", std::string(e.what()));
+    CHECK(std::string(e.what()).find(says) != std::string::npos);
+  }
+  CHECK(stopped);
+}
+
+TEST_CASE("a --checkpoint that cannot be written stops every rank before the first step") {
+  const mp::World w = world();
+  mp::Config c = small_config(2);
+  c.checkpoint = "/nonexistent-mgpu-test/run.ckpt";
+  check_every_rank_stops([&] { train(w, c); },
+                         "/nonexistent-mgpu-test/run.ckpt: the folder /nonexistent-mgpu-test does not exist");
+}
+
+TEST_CASE("a checkpoint that fails to be written after the last epoch stops every rank together") {
+  const mp::World w = world();
+  mp::Config c = small_config(1);
+  c.checkpoint = temp_file(w, "unwritable.ckpt");
+  // Rank 0's files may hold no byte: the trial file before training is empty and passes, the
+  // checkpoint after the epoch fails (EFBIG; the signal that would end the process is ignored).
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  if (w.rank == 0) {
+    rlimit none = saved;
+    none.rlim_cur = 0;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &none) == 0);
+  }
+  // The other ranks have nothing left to do after the last epoch: they must still stop.
+  check_every_rank_stops([&] { train(w, c); }, c.checkpoint + ".tmp: cannot write the checkpoint");
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous);
+}
+
+TEST_CASE("--resume with --epochs at or below the checkpoint's epochs is refused on every rank") {
+  const mp::World w = world();
+  mp::Config first = small_config(2);
+  first.checkpoint = temp_file(w, "two-epochs.ckpt");
+  train(w, first);
+  for (int epochs : {2, 1}) {
+    CAPTURE(epochs);
+    mp::Config again = small_config(epochs);
+    again.resume = first.checkpoint;
+    check_every_rank_stops([&] { train(w, again); }, first.checkpoint + ": the checkpoint holds 2 finished epoch(s), "
+                                                         "and --epochs " + std::to_string(epochs) + " asks for no more");
+  }
+  if (w.rank == 0) std::filesystem::remove(first.checkpoint);
+}
+
+TEST_CASE("a rank that fails at the end of the run stops every rank together, naming it") {
+  const mp::World w = world();
+  mp::Config c = small_config(1);
+  CHECK_NOTHROW(mp::finish_together(w, c, nullptr));  // no fault: everybody leaves
+  for (int failing : {0, w.size - 1}) {
+    CAPTURE(failing);
+    c.fault.rank = failing;
+    c.fault.at_end = true;
+    bool stopped = false;
+    try {
+      mp::finish_together(w, c, nullptr);
+    } catch (const mp::StoppedTogether& e) {
+      stopped = true;
+      CHECK(e.failed_rank() == failing);
+      CHECK(e.failed_here() == (w.rank == failing));  // the failing rank reports, the others only leave
+      CHECK(std::string(e.what()).find("injected fault at the end of the run") != std::string::npos);
+    }
+    CHECK(stopped);
   }
 }
 

@@ -218,11 +218,52 @@ TEST_CASE("the benchmark's command line") {
   CHECK(parse_settings({"--min-bytes", "2"}).error.find("at least 4") != std::string::npos);
   CHECK(parse_settings({"--max-bytes", "12X"}).error.find("--max-bytes needs") == 0);
   CHECK(parse_settings({"--min-bytes", "1M", "--max-bytes", "1K"}).error.find("is larger than") != std::string::npos);
-  CHECK(parse_settings({"--iters", "-1"}).error.find("--iters needs") == 0);
+  CHECK(parse_settings({"--iters", "-1"}).error == "--iters must be zero or more, got -1");
   CHECK(parse_settings({"--alpha-us", "x"}).error.find("--alpha-us needs") == 0);
   CHECK(parse_settings({"--bogus", "1"}).error == "unknown option '--bogus'");
   CHECK(parse_settings({"--warmup"}).error == "--warmup needs a value");
   CHECK(parse_settings({"--help"}).help);
+
+  // The same rules as every chapter's command line (common/cli.h): '--flag=value', -h, an empty
+  // value refused, an unknown flag named wherever it stands (even last, with no value after it).
+  const auto e = parse_settings({"--max-bytes=1K", "--devices=1,2", "--out=x"});
+  CHECK(e.error.empty());
+  CHECK(e.settings.max_bytes == 1024);
+  CHECK(e.settings.device_counts == std::vector<int>{1, 2});
+  CHECK(e.settings.out == "x");
+  CHECK(parse_settings({"-h"}).help);
+  CHECK(parse_settings({"--out", ""}).error == "--out needs a directory");
+  CHECK(parse_settings({"--out="}).error == "--out needs a directory");
+  CHECK(parse_settings({"--devices", "2", "--bogus"}).error == "unknown option '--bogus'");
+  CHECK(parse_settings({"--devices", "2", "stray"}).error == "unexpected argument 'stray'");
+
+  // A size is a whole number of floats: 1023 bytes is not rounded down to 1020 without a word.
+  CHECK(parse_settings({"--max-bytes", "1023"}).error.find("--max-bytes 1023 is not a multiple of 4") == 0);
+  CHECK(parse_settings({"--min-bytes", "6"}).error.find("--min-bytes 6 is not a multiple of 4") == 0);
+  CHECK(parse_settings({"--max-bytes", "4K"}).error.empty());
+
+  // Real values are checked after conversion, and within what the cost model can print.
+  CHECK(parse_settings({"--alpha-us", "1e300"}).error == "--alpha-us must be at most 1000000, got 1e300");
+  CHECK(parse_settings({"--alpha-us", "-1"}).error == "--alpha-us must be zero or more, got -1");
+  CHECK(parse_settings({"--alpha-us", "0"}).error.empty());
+
+  // --iters 0 picks the count from the warmup's time, so it needs a warmup to time.
+  CHECK(parse_settings({"--warmup", "0"}).error.find("--iters 0 ") == 0);
+  CHECK(parse_settings({"--warmup", "0", "--iters", "5"}).error.empty());
+
+  // The memory a run takes, counted before it starts (a run that does not fit is refused): at
+  // 1 MiB on 4 devices, a buffer each (4 MiB), the ring's staging (a quarter each, 1 MiB), the
+  // naive allreduce's (1 MiB, device 0), and the check's two host copies (2 MiB).
+  const std::size_t MiB = std::size_t(1) << 20;
+  bench::Settings s;
+  s.max_bytes = MiB;
+  const bench::MemoryNeed cpu = bench::memory_needed(s, 4, 0);
+  CHECK(cpu.gpu_bytes.empty());
+  CHECK(cpu.host_bytes == 8 * MiB);
+  const bench::MemoryNeed two_gpus = bench::memory_needed(s, 4, 2);  // devices 0, 2 on GPU 0; 1, 3 on GPU 1
+  CHECK(two_gpus.gpu_bytes == std::vector<std::size_t>{MiB * 7 / 2, MiB * 5 / 2});
+  CHECK(two_gpus.host_bytes == 2 * MiB);
+  CHECK(bench::memory_needed(s, 1, 8).gpu_bytes == std::vector<std::size_t>{3 * MiB});
 }
 
 TEST_CASE("the cost model: the ring's bandwidth term is 2(k-1)/k S/B, the naive one grows with k") {

@@ -1,9 +1,12 @@
 // The allreduce benchmark as a program: its command line, the measured tables, and the cost
 // model beside them. Chapter 03's 03_allreduce_bench compares naive and ring; chapter 04's
 // adds NCCL by passing one more algorithm.
-#include <cstdio>
-#include <filesystem>
+#include <unistd.h>  // sysconf
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -12,13 +15,14 @@
 #include "common/backend.h"
 #include "common/check.h"
 #include "common/cli.h"
+#include "common/openmp_waits.h"
 #include "cost_model.h"
 #include "../01_lenet/lenet.h"
 
 namespace bench {
 namespace {
 
-// "4096", "4K", "512K", "256M", "1G" (K, M, G: powers of 1024).
+// "4096", "4K", "512K", "256M", "1G" (K, M, G: powers of 1024), up to 1 TiB.
 std::optional<long long> to_bytes(const std::string& s) {
   if (s.empty()) return std::nullopt;
   long long unit = 1;
@@ -35,17 +39,118 @@ std::optional<long long> to_bytes(const std::string& s) {
   return *n * unit;
 }
 
-std::optional<std::vector<int>> to_device_counts(const std::string& s) {
-  std::vector<int> counts;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = std::min(s.find(',', start), s.size());
-    const auto k = mgpu::to_integer(s.substr(start, comma - start));
-    if (!k || *k < 1 || *k > 64) return std::nullopt;
-    counts.push_back(static_cast<int>(*k));
-    start = comma + 1;
+// A message size. The messages are floats, so a size is a whole number of them: 1023 bytes
+// would silently be measured as 1020.
+mgpu::FlagSetter byte_count_flag(std::size_t& dst) {
+  return [&dst](const std::string& flag, const std::string& v) -> std::string {
+    const auto bytes = to_bytes(v);
+    if (!bytes) return flag + " needs a byte count up to 1024G (such as 4096, 512K, 256M, 1G), got '" + v + "'";
+    if (*bytes < 4) return flag + " must be at least 4 (one float), got " + v;
+    if (*bytes % 4 != 0) return flag + " " + v + " is not a multiple of 4: the messages are floats, 4 bytes each";
+    dst = static_cast<std::size_t>(*bytes);
+    return "";
+  };
+}
+
+// "2,4,8": each from 1 to 64.
+mgpu::FlagSetter device_counts_flag(std::vector<int>& dst) {
+  return [&dst](const std::string& flag, const std::string& v) -> std::string {
+    std::vector<int> counts;
+    std::size_t start = 0;
+    while (start <= v.size()) {
+      const std::size_t comma = std::min(v.find(',', start), v.size());
+      const auto k = mgpu::to_integer(v.substr(start, comma - start));
+      if (!k || *k < 1 || *k > 64)
+        return flag + " needs a comma-separated list of device counts from 1 to 64, got '" + v + "'";
+      counts.push_back(static_cast<int>(*k));
+      start = comma + 1;
+    }
+    dst = counts;
+    return "";
+  };
+}
+
+mgpu::FlagTable bench_flags(Settings& s) {
+  return {
+      {"--devices", device_counts_flag(s.device_counts)},
+      {"--min-bytes", byte_count_flag(s.min_bytes)},
+      {"--max-bytes", byte_count_flag(s.max_bytes)},
+      {"--warmup", mgpu::integer_flag(s.warmup, 0, 1'000'000)},
+      {"--iters", mgpu::integer_flag(s.iters, 0, 1'000'000)},
+      {"--alpha-us", mgpu::real_flag(s.alpha_us, 0, 1e6)},  // up to 1 s: beyond, the tables say nothing
+      {"--out", mgpu::text_flag(s.out, "a directory")},
+  };
+}
+
+// The checks between flags, once all are read.
+std::string check_settings(const Settings& s) {
+  if (s.min_bytes > s.max_bytes)
+    return "--min-bytes " + std::to_string(s.min_bytes) + " is larger than --max-bytes " +
+           std::to_string(s.max_bytes);
+  if (s.iters == 0 && s.warmup == 0)
+    return "--iters 0 (the default) chooses the number of timed runs from the time of the warmup runs: "
+           "give --warmup 1 or more, or --iters N";
+  return "";
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1 << 30));
+  return buf;
+}
+
+// Host memory that allocations can have without swapping or being killed: MemAvailable from
+// /proc/meminfo (Linux), or else all the physical memory. (A container's own limit, a cgroup's,
+// is not looked at.)
+struct HostMemory {
+  std::size_t bytes = 0;
+  std::string source;
+};
+HostMemory host_memory_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);)
+    if (line.rfind("MemAvailable:", 0) == 0)  // "MemAvailable:   22096464 kB"
+      return {std::strtoull(line.c_str() + 13, nullptr, 10) * 1024, "MemAvailable in /proc/meminfo"};
+  return {std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGE_SIZE)), "physical memory"};
+}
+
+#if MGPU_CUDA
+std::size_t gpu_memory_free(int gpu) {
+  std::size_t free = 0, total = 0;
+  MGPU_CHECK_CUDA(cudaSetDevice(gpu));
+  MGPU_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+  return free;
+}
+#endif
+
+// Why the run cannot fit in this machine's memory ("" if it can), asked before anything is
+// allocated: a benchmark that asks for more than there is should say so, not make the machine
+// swap or have the kernel kill it.
+std::string memory_refusal(const Settings& s) {
+  const int gpus = mgpu::gpu_count();
+  if (mgpu::kCudaBackend && gpus == 0) return "";  // nothing to measure: DeviceSet says no GPU answers
+  const HostMemory host = host_memory_available();
+  for (int k : s.device_counts) {
+    const MemoryNeed need = memory_needed(s, k, gpus);
+    const std::string run = "a run on " + std::to_string(k) + " devices at --max-bytes " + gib(s.max_bytes) + " needs ";
+    const std::string advice = ": lower --max-bytes or the device counts";
+    if (need.host_bytes > host.bytes)
+      return run + gib(need.host_bytes) + " of host memory, and " + gib(host.bytes) + " is available (" +
+             host.source + ")" + advice;
+#if MGPU_CUDA
+    for (std::size_t g = 0; g < need.gpu_bytes.size(); ++g) {
+      const std::size_t free = gpu_memory_free(static_cast<int>(g));
+      if (need.gpu_bytes[g] > free)
+        return run + gib(need.gpu_bytes[g]) + " of memory on GPU " + std::to_string(g) + ", and " + gib(free) +
+               " is available there (cudaMemGetInfo)" + advice;
+    }
+#endif
   }
-  return counts;
+  return "";
+}
+
+void refuse(const std::string& program, const std::string& why, const Settings& defaults) {
+  std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), why.c_str(), usage(program, defaults).c_str());
 }
 
 std::string human_bytes(double bytes) {
@@ -62,8 +167,7 @@ std::string human_bytes(double bytes) {
 // The measured setup: each (device count, algorithm) at a few sizes, measured vs predicted.
 void print_model_check(const cost::SharedMemory& m, const std::vector<Measurement>& results,
                        const Settings& settings) {
-  const std::set<std::size_t> sizes = {settings.min_bytes / 4 * 4, 4096, 512 << 10, 64 << 20,
-                                       settings.max_bytes / 4 * 4};
+  const std::set<std::size_t> sizes = {settings.min_bytes, 4096, 512 << 10, 64 << 20, settings.max_bytes};
   std::printf("\n# cost model, shared memory (this machine's devices share one memory; alpha and beta measured\n"
               "# above): every copy and add runs one after another. Measured vs predicted:\n"
               "# %8s %10s %9s %14s %14s %9s\n",
@@ -111,78 +215,73 @@ std::string usage(const std::string& program, const Settings& defaults) {
   return "usage: " + program +
          " [options]\n"
          "  allreduce bandwidth, nccl-tests style: time, algbw, busbw and wrong elements per size\n\n"
-         "options:\n"
-         "  --devices LIST    device counts to measure, comma-separated (default " + counts + ")\n"
-         "  --min-bytes N     smallest message; K, M, G suffixes allowed (default 4)\n"
-         "  --max-bytes N     largest message, reached by doubling (default 256M)\n"
-         "  --warmup N        untimed runs before the check (default 5)\n"
-         "  --iters N         timed runs per size; 0: enough for ~0.2 s, at least 10 (default 0)\n"
-         "  --alpha-us X      the cost model's per-operation latency on the published links (default 5)\n"
+         "options (--flag value or --flag=value):\n"
+         "  --devices LIST    device counts to measure, comma-separated, each 1 to 64 (default " + counts + ")\n"
+         "  --min-bytes N     smallest message, a multiple of 4 bytes (floats); K, M, G suffixes allowed\n"
+         "                    (default 4)\n"
+         "  --max-bytes N     largest message, reached by doubling, at most 1024G (default 256M)\n"
+         "  --warmup N        untimed runs before the check, 0 to 1000000 (default 5)\n"
+         "  --iters N         timed runs per size, 0 to 1000000; 0: enough for ~0.2 s by the warmup's\n"
+         "                    time, at least 10 (default 0)\n"
+         "  --alpha-us X      the cost model's per-operation latency on the published links, 0 to 1e6\n"
+         "                    (default 5)\n"
          "  --out DIR         where the CSV files and the plot go (default results/)\n"
-         "  --help            this text\n";
+         "  --help, -h        this text\n"
+         "memory: k devices at --max-bytes S hold (k + 2) S on the devices (a buffer each, the ring's and\n"
+         "the naive allreduce's staging) and 2 S on the host (the check); a run that does not fit\n"
+         "(host memory in the cpu build, each GPU's in the cuda build) is refused before it starts.\n";
 }
 
 ParsedSettings parse_settings(const std::vector<std::string>& args, const Settings& defaults) {
   ParsedSettings r;
   r.settings = defaults;
-  Settings& s = r.settings;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    if (flag == "--help") {
-      r.help = true;
-      return r;
-    }
-    if (i + 1 == args.size()) {
-      r.error = flag.rfind("--", 0) == 0 ? flag + " needs a value" : "unexpected argument '" + flag + "'";
-      return r;
-    }
-    const std::string& v = args[++i];
-    auto refuse = [&](const std::string& what) {
-      r.error = flag + " needs " + what + ", got '" + v + "'";
-      return r;
-    };
-    if (flag == "--devices") {
-      const auto counts = to_device_counts(v);
-      if (!counts) return refuse("a comma-separated list of device counts from 1 to 64");
-      s.device_counts = *counts;
-    } else if (flag == "--min-bytes" || flag == "--max-bytes") {
-      const auto bytes = to_bytes(v);
-      if (!bytes || *bytes < 4) return refuse("a byte count of at least 4 (suffixes K, M, G)");
-      (flag == "--min-bytes" ? s.min_bytes : s.max_bytes) = static_cast<std::size_t>(*bytes);
-    } else if (flag == "--warmup" || flag == "--iters") {
-      const auto n = mgpu::to_integer(v);
-      if (!n || *n < 0 || *n > 1000000) return refuse("an integer from 0 to 1000000");
-      (flag == "--warmup" ? s.warmup : s.iters) = static_cast<int>(*n);
-    } else if (flag == "--alpha-us") {
-      const auto x = mgpu::to_real(v);
-      if (!x || *x < 0) return refuse("a non-negative number of microseconds");
-      s.alpha_us = *x;
-    } else if (flag == "--out") {
-      s.out = v;
-    } else {
-      r.error = "unknown option '" + flag + "'";
-      return r;
-    }
-  }
-  if (s.min_bytes > s.max_bytes)
-    r.error = "--min-bytes " + std::to_string(s.min_bytes) + " is larger than --max-bytes " +
-              std::to_string(s.max_bytes);
+  const mgpu::FlagsResult f = mgpu::parse_flags(args, bench_flags(r.settings));
+  r.help = f.help;
+  r.error = f.error;
+  if (!r.help && r.error.empty()) r.error = check_settings(r.settings);
   return r;
+}
+
+Settings parse_command_line(int argc, char** argv, const std::string& program, const Settings& defaults) {
+  const ParsedSettings parsed = parse_settings(std::vector<std::string>(argv + 1, argv + argc), defaults);
+  if (parsed.help) {
+    std::printf("%s", usage(program, defaults).c_str());
+    std::exit(0);
+  }
+  if (!parsed.error.empty()) {
+    refuse(program, parsed.error, defaults);
+    std::exit(2);
+  }
+  return parsed.settings;
+}
+
+MemoryNeed memory_needed(const Settings& settings, int devices, int gpus) {
+  // As run_benchmark (benchmark.cpp) and naive_and_ring allocate them, for the largest size.
+  const std::size_t n = std::max<std::size_t>(1, settings.max_bytes / sizeof(float));
+  const std::size_t buffer = n * sizeof(float);
+  const std::size_t chunk = (n + devices - 1) / devices * sizeof(float);  // the ring's largest chunk
+  std::vector<std::size_t> on_device(devices, buffer + chunk);  // the data; the ring's staging for a chunk
+  on_device[0] += buffer;                                       // the naive allreduce's staging
+  MemoryNeed need;
+  need.host_bytes = 2 * buffer;  // the check: the exact sums, and one device's result copied back
+  if (gpus == 0) {               // the cpu build: the devices are host memory too
+    for (std::size_t b : on_device) need.host_bytes += b;
+  } else {  // logical device i is on GPU i % gpus (DeviceSet)
+    need.gpu_bytes.assign(std::min(devices, gpus), 0);
+    for (int i = 0; i < devices; ++i) need.gpu_bytes[i % gpus] += on_device[i];
+  }
+  return need;
 }
 
 int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
                  const Settings& defaults) {
-  const ParsedSettings parsed = parse_settings(std::vector<std::string>(argv + 1, argv + argc), defaults);
-  if (!parsed.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), parsed.error.c_str(), usage(program, defaults).c_str());
-    return 2;
-  }
-  if (parsed.help) {
-    std::printf("%s", usage(program, defaults).c_str());
-    return 0;
-  }
-  const Settings& settings = parsed.settings;
+  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  const Settings settings = parse_command_line(argc, argv, program, defaults);
   try {
+    if (const std::string why = memory_refusal(settings); !why.empty()) {
+      refuse(program, why, defaults);  // too large for this machine: a bad command line here
+      return 2;
+    }
     namespace fs = std::filesystem;
     std::error_code ec;
     fs::create_directories(settings.out, ec);

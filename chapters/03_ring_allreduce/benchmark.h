@@ -48,12 +48,26 @@ struct ParsedSettings {
   bool help = false;
   std::string error;  // non-empty: why the command line was refused
 };
-// The command line's settings, starting from `defaults`.
+// The command line's settings, starting from `defaults`: common/cli.h's parser (--flag value,
+// --flag=value, -h) with the benchmark's own flags. Pure, so the tests can call it.
 ParsedSettings parse_settings(const std::vector<std::string>& args, const Settings& defaults = Settings{});
 std::string usage(const std::string& program, const Settings& defaults = Settings{});
+// For main(): parse, or print the reason and the usage and exit(2); --help, -h exit 0.
+Settings parse_command_line(int argc, char** argv, const std::string& program, const Settings& defaults = Settings{});
 
-// The whole benchmark program: parse the command line (exit 2 on a bad one), measure every
-// device count, check the cost model, write <out>/<program>.csv, _model.csv and .png.
+// The memory a run on `devices` devices allocates at settings.max_bytes, counted before anything
+// is allocated: gpu_bytes[g] on GPU g (logical device i is on GPU i % gpus), and host_bytes. With
+// gpus = 0 (the cpu build) the devices are host memory, and gpu_bytes is empty. NCCL (chapter 04)
+// reduces in place; its own buffers, some MiB per GPU, are not counted.
+struct MemoryNeed {
+  std::vector<std::size_t> gpu_bytes;
+  std::size_t host_bytes = 0;
+};
+MemoryNeed memory_needed(const Settings& settings, int devices, int gpus);
+
+// The whole benchmark program: parse the command line (exit 2 on a bad one, or on one that
+// needs more memory than this machine has), measure every device count, check the cost model,
+// write <out>/<program>.csv, _model.csv and .png.
 int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
                  const Settings& defaults = Settings{});
 

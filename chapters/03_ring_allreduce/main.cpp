@@ -8,10 +8,12 @@
 
 #include "common/cli.h"
 #include "common/device.h"
+#include "common/openmp_waits.h"
 #include "compare.h"
 #include "ring.h"
 
 int main(int argc, char** argv) {
+  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"03_ring_allreduce",
                                   "data-parallel LeNet with a ring allreduce over one flat gradient bucket",
                                   /*default_devices=*/2, /*max_devices=*/1024};

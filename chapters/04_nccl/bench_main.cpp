@@ -9,6 +9,20 @@
 #include "../03_ring_allreduce/benchmark.h"
 #include "common/backend.h"
 
+namespace {
+
+const char* const kProgram = "04_allreduce_bench";
+
+// 1, 2, 4, 8 up to the number of GPUs (1 where there is none: the cpu build's usage text).
+bench::Settings chapter_defaults() {
+  bench::Settings defaults;
+  defaults.device_counts.clear();
+  for (int k = 1; k <= 8 && k <= std::max(1, mgpu::gpu_count()); k *= 2) defaults.device_counts.push_back(k);
+  return defaults;
+}
+
+}  // namespace
+
 #if MGPU_HAVE_NCCL
 #include "nccl_allreduce.h"
 
@@ -29,19 +43,18 @@ std::vector<bench::Algorithm> naive_ring_and_nccl(const mgpu::DeviceSet& devices
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::Settings defaults;
-  defaults.device_counts.clear();
-  for (int k = 1; k <= 8 && k <= std::max(1, mgpu::gpu_count()); k *= 2) defaults.device_counts.push_back(k);
-  return bench::main_program(argc, argv, "04_allreduce_bench", naive_ring_and_nccl, defaults);
+  return bench::main_program(argc, argv, kProgram, naive_ring_and_nccl, chapter_defaults());
 }
 
 #else
 
-int main() {
-  std::printf("04_allreduce_bench: not applicable in this build: NCCL is a CUDA library and this is the %s build.\n"
+int main(int argc, char** argv) {
+  // The command line first, as in the cuda build: a bad one exits 2 in every build, --help works.
+  (void)bench::parse_command_line(argc, argv, kProgram, chapter_defaults());
+  std::printf("%s: not applicable in this build: NCCL is a CUDA library and this is the %s build.\n"
               "03_allreduce_bench measures chapter 02's allreduce and the ring here.\n"
               "(exit status %d means \"not applicable\"; the tests count it as skipped)\n",
-              mgpu::kBackendName, mgpu::kExitNotApplicable);
+              kProgram, mgpu::kBackendName, mgpu::kExitNotApplicable);
   return mgpu::kExitNotApplicable;
 }
 

@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -8,9 +9,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "common/check.h"
 
@@ -89,32 +90,178 @@ class Reader {
   std::size_t at_ = 8;  // after the magic, which is compared as bytes
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw mgpu::Error(path + ": cannot open the checkpoint: " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw mgpu::Error(path + ": cannot read the checkpoint: " + std::strerror(errno));
+// What a path names when it is not a regular file, for the refusals.
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "neither a file nor a folder";
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// The folder that holds `path` ("." for a bare file name).
+std::string folder_of(const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// A file descriptor, closed when it goes out of scope; close() closes it early and says whether
+// that worked (on some file systems a write error shows only there).
+class File {
+ public:
+  explicit File(int fd) : fd_(fd) {}
+  ~File() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  int fd() const { return fd_; }
+  bool close() { return ::close(std::exchange(fd_, -1)) == 0; }
+
+ private:
+  int fd_;
+};
+
+// Up to `max_bytes` bytes from the start of the regular file `path` (all of it when it is
+// shorter), and its size in *size. This is the one way this chapter opens a file to read, and a
+// path from the command line can name anything:
+//  - only a regular file is read. stat() looks at the path before anything is opened, so a
+//    device is never opened (/dev/zero would be read without end, and opening some devices
+//    does something), nor a FIFO (opening one waits for a writer, maybe forever), nor a folder;
+//  - it is then opened with O_NONBLOCK, so that not even a FIFO put under the name in between can
+//    block the open, and fstat() checks that what was opened is still a regular file;
+//  - no more than max_bytes is read: the caller knows how long the file may be (a checkpoint's
+//    header says it), and a file of another size is refused on its size, not by reading it.
+std::string read_regular_file(const std::string& path, const std::string& what, std::size_t max_bytes,
+                              std::uint64_t* size) {
+  struct stat st;
+  auto refuse_unless_regular = [&] {
+    if (!S_ISREG(st.st_mode))
+      throw mgpu::Error(path + ": not a regular file but " + kind_of(st.st_mode) + ": it cannot be a " + what);
+  };
+  if (::stat(path.c_str(), &st) != 0) throw mgpu::Error(path + ": cannot open the " + what + ": " + errno_text());
+  refuse_unless_regular();
+  const File f(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (f.fd() < 0) throw mgpu::Error(path + ": cannot open the " + what + ": " + errno_text());
+  if (::fstat(f.fd(), &st) != 0) throw mgpu::Error(path + ": cannot read the " + what + ": " + errno_text());
+  refuse_unless_regular();
+  *size = static_cast<std::uint64_t>(st.st_size);
+  std::string bytes(static_cast<std::size_t>(std::min<std::uint64_t>(max_bytes, *size)), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(f.fd(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw mgpu::Error(path + ": cannot read the " + what + ": " + errno_text());
+    if (n == 0) break;  // the file shrank since fstat(): the caller sees fewer bytes than it expects
+    done += static_cast<std::size_t>(n);
+  }
+  bytes.resize(done);
   return bytes;
 }
 
-// Writes all of `bytes` to a new file and flushes it to the disk (fsync), so that after the
-// rename the checkpoint is there even if the machine loses power.
-void write_file_durably(const std::string& path, const std::string& bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw mgpu::Error(path + ": cannot create the checkpoint: " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      throw mgpu::Error(path + ": cannot write the checkpoint: " + why);
-    }
-    done += static_cast<std::size_t>(n);
+// Refuses what write_file_atomically() must not replace, or cannot: a path in a folder that does
+// not exist, or a path that exists and is not a regular file. rename() replaces whatever has the
+// name: as root, a checkpoint "written" to /dev/full would turn the device into a file, and one
+// written to a symbolic link would replace the link, not the file it points to.
+void check_replaceable(const std::string& path, const std::string& what) {
+  const std::string folder = folder_of(path);
+  struct stat st;
+  if (::stat(folder.c_str(), &st) != 0)
+    throw mgpu::Error(path + ": the folder " + folder +
+                      (errno == ENOENT ? std::string(" does not exist") : " cannot be looked at: " + errno_text()));
+  if (!S_ISDIR(st.st_mode)) throw mgpu::Error(path + ": " + folder + " is not a folder");
+  if (::lstat(path.c_str(), &st) == 0) {  // lstat: a symbolic link is looked at, not followed
+    if (!S_ISREG(st.st_mode))
+      throw mgpu::Error(path + ": not a regular file but " + kind_of(st.st_mode) + ": writing the " + what +
+                        " would replace it with one; give the name of a file");
+  } else if (errno != ENOENT) {
+    throw mgpu::Error(path + ": cannot look at it: " + errno_text());
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw mgpu::Error(path + ": cannot flush the checkpoint to the disk: " + std::strerror(errno));
+}
+
+// Creates `tmp` anew for writing. A stale one (a crash while writing) is removed first, and
+// O_EXCL makes sure that what is opened is the file just created, never whatever (a link, say)
+// had that name.
+File create_new(const std::string& tmp, const std::string& what) {
+  ::unlink(tmp.c_str());  // may fail (nothing there): the open below says whatever matters
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw mgpu::Error(tmp + ": cannot create the " + what + " (written there, then renamed): " + errno_text());
+  return File(fd);
+}
+
+// Flushes the folder that holds `path` to the disk. A rename changes the folder, not the file,
+// and survives a power loss only once the folder is on the disk too. (A file system that cannot
+// flush a folder says EINVAL; there is nothing more to do on it, as PostgreSQL also concludes.)
+void sync_folder(const std::string& path) {
+  const std::string folder = folder_of(path);
+  const File f(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (f.fd() < 0 || (::fsync(f.fd()) != 0 && errno != EINVAL))
+    throw mgpu::Error(path + ": written, but its folder " + folder + " cannot be flushed to the disk: " + errno_text());
+}
+
+// Writes `bytes` to `path` so that path holds, at every moment, either its previous content or
+// all of the new one, and keeps it through a crash or a power loss:
+//   1. path must be a regular file or not exist, in a folder that exists (check_replaceable);
+//   2. the bytes go to a new path.tmp, which is flushed to the disk (fsync) and closed;
+//   3. rename(path.tmp, path) replaces path in one step (POSIX);
+//   4. the folder is flushed, which makes the rename itself durable.
+// If 2 or 3 fails, path.tmp is removed: the previous file stays as it was, with nothing
+// half-written beside it. Every error names the file and the fault.
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& what) {
+  check_replaceable(path, what);
+  const std::string tmp = path + ".tmp";
+  try {
+    File f = create_new(tmp, what);
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(f.fd(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw mgpu::Error(tmp + ": cannot write the " + what + ": " + errno_text());
+      done += static_cast<std::size_t>(n);
+    }
+    if (::fsync(f.fd()) != 0 || !f.close())
+      throw mgpu::Error(tmp + ": cannot flush the " + what + " to the disk: " + errno_text());
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw mgpu::Error(path + ": cannot rename " + tmp + " to it: " + errno_text());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  sync_folder(path);
+}
+
+// The header's fields, checked, from `r` (which reads `bytes`, a whole file or its first
+// kHeaderBytes). *file_bytes: how long the header says the whole file is.
+Checkpoint read_header(Reader& r, const std::string& bytes, const std::string& path, std::int64_t expected_params,
+                       std::size_t* file_bytes) {
+  const std::size_t head = std::min(bytes.size(), sizeof kMagic);
+  if (std::memcmp(bytes.data(), kMagic, head) != 0)
+    throw mgpu::Error(path + ": not a checkpoint of this program (it does not start with \"MGPUCKPT\")");
+  if (head < sizeof kMagic)
+    throw mgpu::Error(path + ": truncated checkpoint: the file ends (" + std::to_string(bytes.size()) +
+                      " bytes) inside the magic string");
+  const std::uint32_t version = r.u32("format version");
+  if (version != kCheckpointVersion)
+    throw mgpu::Error(path + ": checkpoint format version " + std::to_string(version) +
+                      ", this program reads version " + std::to_string(kCheckpointVersion));
+  Checkpoint c;
+  c.epochs_done = r.i32("epoch count");
+  c.seed = r.u64("seed");
+  c.batch_size = r.i32("batch size");
+  c.lr = r.f32("learning rate");
+  c.train_examples = r.i32("training-set size");
+  const std::int64_t params = r.i64("parameter count");
+  if (params != expected_params)
+    throw mgpu::Error(path + ": the checkpoint holds " + std::to_string(params) + " parameters, this model has " +
+                      std::to_string(expected_params));
+  if (c.epochs_done < 0 || c.epochs_done > 1'000'000)
+    throw mgpu::Error(path + ": corrupt checkpoint: " + std::to_string(c.epochs_done) + " epochs done");
+  *file_bytes = kHeaderBytes + kRecordBytes * std::size_t(c.epochs_done) + 4 * std::size_t(params) + kCrcBytes;
+  return c;
 }
 
 }  // namespace
@@ -145,48 +292,41 @@ std::string encode_checkpoint(const Checkpoint& c) {
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
-  const std::string tmp = path + ".tmp";
-  write_file_durably(tmp, encode_checkpoint(c));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw mgpu::Error(path + ": cannot rename " + tmp + " to it: " + std::strerror(errno));
+  write_file_atomically(path, encode_checkpoint(c), "checkpoint");
+}
+
+void check_checkpoint_target(const std::string& path) {
+  check_replaceable(path, "checkpoint");
+  // Create and remove path.tmp: only trying shows that the folder takes a new file (its
+  // permissions, a read-only file system); access() would say yes to root.
+  create_new(path + ".tmp", "checkpoint");
+  ::unlink((path + ".tmp").c_str());
 }
 
 Checkpoint read_checkpoint(const std::string& path, std::int64_t expected_params) {
-  const std::string bytes = read_file(path);
-  const std::size_t head = std::min(bytes.size(), sizeof kMagic);
-  if (std::memcmp(bytes.data(), kMagic, head) != 0)
-    throw mgpu::Error(path + ": not a checkpoint of this program (it does not start with \"MGPUCKPT\")");
-  if (head < sizeof kMagic)
-    throw mgpu::Error(path + ": truncated checkpoint: the file ends (" + std::to_string(bytes.size()) +
-                      " bytes) inside the magic string");
-  Reader r(bytes, path);
-  const std::uint32_t version = r.u32("format version");
-  if (version != kCheckpointVersion)
-    throw mgpu::Error(path + ": checkpoint format version " + std::to_string(version) +
-                      ", this program reads version " + std::to_string(kCheckpointVersion));
-  Checkpoint c;
-  c.epochs_done = r.i32("epoch count");
-  c.seed = r.u64("seed");
-  c.batch_size = r.i32("batch size");
-  c.lr = r.f32("learning rate");
-  c.train_examples = r.i32("training-set size");
-  const std::int64_t params = r.i64("parameter count");
-
-  // The header says how long the file must be; check that before trusting any more of it.
-  if (params != expected_params)
-    throw mgpu::Error(path + ": the checkpoint holds " + std::to_string(params) + " parameters, this model has " +
-                      std::to_string(expected_params));
-  if (c.epochs_done < 0 || c.epochs_done > 1'000'000)
-    throw mgpu::Error(path + ": corrupt checkpoint: " + std::to_string(c.epochs_done) + " epochs done");
-  const std::size_t expected_size =
-      kHeaderBytes + kRecordBytes * std::size_t(c.epochs_done) + 4 * std::size_t(params) + kCrcBytes;
-  if (bytes.size() < expected_size)
-    throw mgpu::Error(path + ": truncated checkpoint: " + std::to_string(bytes.size()) + " bytes, a checkpoint of " +
-                      std::to_string(c.epochs_done) + " epochs and " + std::to_string(params) + " parameters has " +
-                      std::to_string(expected_size));
-  if (bytes.size() > expected_size)
-    throw mgpu::Error(path + ": corrupt checkpoint: the file has " + std::to_string(bytes.size()) +
+  // First the header alone, which says how long the file must be: a file of another size is
+  // refused on its size, before the rest of it is read.
+  std::uint64_t size = 0;
+  const std::string head = read_regular_file(path, "checkpoint", kHeaderBytes, &size);
+  std::size_t expected_size = 0;
+  Reader header(head, path);
+  const Checkpoint described = read_header(header, head, path, expected_params, &expected_size);
+  if (size < expected_size)
+    throw mgpu::Error(path + ": truncated checkpoint: " + std::to_string(size) + " bytes, a checkpoint of " +
+                      std::to_string(described.epochs_done) + " epochs and " + std::to_string(expected_params) +
+                      " parameters has " + std::to_string(expected_size));
+  if (size > expected_size)
+    throw mgpu::Error(path + ": corrupt checkpoint: the file has " + std::to_string(size) +
                       " bytes, its header accounts for " + std::to_string(expected_size));
+
+  // Then the whole file, and no more than the header said; its header is read again from these
+  // bytes, so that a file replaced in between cannot mix two checkpoints.
+  const std::string bytes = read_regular_file(path, "checkpoint", expected_size, &size);
+  Reader r(bytes, path);
+  Checkpoint c = read_header(r, bytes, path, expected_params, &expected_size);
+  if (size != expected_size || bytes.size() != expected_size)
+    throw mgpu::Error(path + ": the checkpoint changed while it was being read (it now has " + std::to_string(size) +
+                      " bytes); read it again when nothing writes it");
   const std::size_t body = expected_size - kCrcBytes;
   std::uint32_t stored = 0;  // little-endian, like every number in the file
   for (std::size_t i = 0; i < kCrcBytes; ++i)
@@ -207,7 +347,7 @@ Checkpoint read_checkpoint(const std::string& path, std::int64_t expected_params
     rec.seconds = r.f64("epoch records");
     c.history.push_back(rec);
   }
-  c.params.resize(static_cast<std::size_t>(params));
+  c.params.resize(static_cast<std::size_t>(expected_params));
   for (float& p : c.params) p = r.f32("parameters");
   return c;
 }

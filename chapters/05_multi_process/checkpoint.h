@@ -22,8 +22,11 @@
 //   4 P    f32  the parameters, in the Flat layout's order (W1 b1 W2 b2 W3 b3 W4 b4)
 //   4      u32  CRC-32 (zlib's) of every byte before it
 //
-// write_checkpoint() writes FILE.tmp and renames it to FILE, so a crash while writing leaves
-// the previous checkpoint intact: rename() replaces a file in one step (POSIX).
+// write_checkpoint() writes FILE.tmp, flushes it to the disk, renames it to FILE and flushes the
+// folder, so a crash while writing leaves the previous checkpoint intact (rename() replaces a
+// file in one step, POSIX) and a checkpoint written survives a power loss. It replaces only a
+// regular file: FILE must not be a folder, a device, a FIFO or a symbolic link. read_checkpoint()
+// reads only a regular file, and no more bytes than its header says the file has.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,13 +48,19 @@ struct Checkpoint {
   std::vector<float> params;               // the flat parameters
 };
 
-// Writes `c` to path.tmp, flushes it to the disk, and renames it to path. Throws mgpu::Error
-// naming the file when anything fails.
+// Writes `c` to path.tmp, flushes it to the disk, renames it to path and flushes the folder.
+// Throws mgpu::Error naming the file when anything fails, and then leaves no path.tmp behind.
 void write_checkpoint(const std::string& path, const Checkpoint& c);
 
+// Refuses, before any training, a checkpoint that write_checkpoint() could not write: path
+// exists and is not a regular file, its folder does not exist, or no file can be created in it.
+// Throws mgpu::Error naming the file and the fault.
+void check_checkpoint_target(const std::string& path);
+
 // Reads and checks a checkpoint of a model with `expected_params` parameters. A missing,
-// truncated, corrupt (checksum) or foreign file, or one of another format version or model,
-// throws mgpu::Error naming the file and what is wrong with it.
+// truncated, corrupt (checksum) or foreign file, one of another format version or model, or a
+// path that is not a regular file (a folder, /dev/zero, a FIFO) throws mgpu::Error naming the
+// file and what is wrong with it.
 Checkpoint read_checkpoint(const std::string& path, std::int64_t expected_params);
 
 // The bytes write_checkpoint() puts in the file (for the tests, which damage them).

@@ -11,6 +11,7 @@
 
 #include "collective.h"
 #include "common/fashion_mnist.h"
+#include "common/openmp_waits.h"
 #include "common/report.h"
 #include "multi_process.h"
 #include "options.h"
@@ -84,19 +85,26 @@ void run(const mp::World& w, mp::Config c) {
     const auto profile = mp::profile_steps(w, d, data, c, *allreduce, c.profile_steps);
     if (w.rank == 0) print_profile(profile, c.profile_steps, w.size);
   }
-  if (log) log->finish();
+  // The end is a step all ranks take together: rank 0 writes the results while the others wait,
+  // and all of them learn whether it worked before any of them leaves.
+  mp::finish_together(w, c, log ? &*log : nullptr);
 }
 
-// An error on this rank: the other ranks are (or soon will be) waiting for it in a collective,
-// so after saying what went wrong, stop them all.
-[[noreturn]] void fail(const std::string& rank, const char* what) {
+void report(const std::string& rank, const char* what) {
   std::fprintf(stderr, "%s: rank %s: error: %s\n", mp::kChapter.name.c_str(), rank.c_str(), what);
+}
+
+// An error on this rank alone: the other ranks are (or soon will be) waiting for it in a
+// collective, so after saying what went wrong, stop them all.
+[[noreturn]] void fail(const std::string& rank, const char* what) {
+  report(rank, what);
   mp::abort_all(1);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  mgpu::use_passive_openmp_waits(argv);  // first, before MPI_Init: it may start the program again
   const mp::MpiSession mpi(argc, argv);  // outside the try: MPI must outlive the abort below
   std::string rank = "?";                // known once MPI has said who this process is
   try {
@@ -105,6 +113,13 @@ int main(int argc, char** argv) {
     const mp::CommandLine cl = mp::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), w.size);
     if (const std::optional<int> status = stop_for_command_line(w, cl)) return *status;
     run(w, cl.config);
+  } catch (const mp::StoppedTogether& e) {
+    // Every rank learned of the failure at the same point (mp::together): each rank whose own
+    // work failed says why, and all of them leave through MPI_Finalize with status 1. No
+    // MPI_Abort: nobody is left waiting, and an abort racing with the others' exit is what
+    // crashed or hung mpirun at the end of a run.
+    if (e.failed_here()) report(rank, e.what());
+    return 1;
   } catch (const std::exception& e) {
     fail(rank, e.what());
   } catch (...) {

@@ -108,14 +108,18 @@ void train_step(RankState& s, const DistributedSampler& sampler, int step, Gradi
   if (times) ++times->steps;
 }
 
-void inject_fault_if_due(const FaultInjection& f, const World& w, long step) {
-  if (f.rank != w.rank || f.step != step) return;
-  const std::string what = "injected fault at step " + std::to_string(step) + " (--fail-rank " +
-                           std::to_string(f.rank) + " --fail-at-step " + std::to_string(f.step) + ")";
+// This rank fails now, as --fail-how says: `where` is "at step 12" or "at the end of the run".
+void inject_fault(const FaultInjection& f, const World& w, const std::string& where) {
+  const std::string what = "injected fault " + where + " (--fail-rank " + std::to_string(f.rank) +
+                           " --fail-at-step " + (f.at_end ? std::string("end") : std::to_string(f.step)) + ")";
   if (f.how == FailHow::Error) throw mgpu::Error(what);
   std::fprintf(stderr, "05_multi_process: rank %d: %s: killing this process (SIGKILL)\n", w.rank, what.c_str());
   std::fflush(stderr);
   std::raise(SIGKILL);
+}
+
+void inject_fault_if_due(const FaultInjection& f, const World& w, long step) {
+  if (f.rank == w.rank && !f.at_end && f.step == step) inject_fault(f, w, "at step " + std::to_string(step));
 }
 
 // Where training starts: epoch 0 and rank 0's init_params, or a checkpoint that rank 0 reads.
@@ -138,12 +142,24 @@ void check_same_recipe(const Checkpoint& ck, const Config& c, int train_examples
   if (ck.lr != c.o.lr) refuse("--lr", std::to_string(ck.lr), std::to_string(c.o.lr));
   if (ck.train_examples != train_examples)
     refuse("training images (--limit-train)", std::to_string(ck.train_examples), std::to_string(train_examples));
+  // --epochs counts the whole run, the saved epochs included: it must leave something to train.
+  // (Refused rather than "nothing to do, exit 0": a run asked for fewer epochs than it already
+  // has, or exactly as many, is more often a slip in the command line than a wish.)
+  if (ck.epochs_done >= c.o.epochs)
+    throw mgpu::Error(c.resume + ": the checkpoint holds " + std::to_string(ck.epochs_done) +
+                      " finished epoch(s), and --epochs " + std::to_string(c.o.epochs) +
+                      " asks for no more: nothing is left to train (--epochs counts the whole run, the saved "
+                      "epochs included: give more than " + std::to_string(ck.epochs_done) + " to continue it)");
 }
 
 Start starting_point(const World& w, const Config& c, int train_examples) {
   Start s;
   s.params.resize(static_cast<std::size_t>(lenet::parameter_count()));
-  if (w.rank == 0) {
+  // Rank 0's files, checked before the first step and together: a refusal stops every rank
+  // here, in seconds, rather than after an epoch, and the others are not left waiting.
+  together(w, [&] {
+    if (w.rank != 0) return;
+    if (!c.checkpoint.empty()) check_checkpoint_target(c.checkpoint);
     if (c.resume.empty()) {
       s.params = flatten(lenet::init_params(c.o.seed, c.init_scale));
     } else {
@@ -153,7 +169,7 @@ Start starting_point(const World& w, const Config& c, int train_examples) {
       s.params = std::move(ck.params);
       s.history = std::move(ck.history);
     }
-  }
+  });
   broadcast_from_rank0(w, s.params.data(), mgpu::Elements{s.params.size()});
   broadcast_from_rank0(w, &s.epochs_done, sizeof s.epochs_done);
   // The finished epochs' records travel as 5 numbers each, so that every rank has the whole curve.
@@ -230,16 +246,29 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
     r.seconds = seconds;
     result.history.push_back(r);
     if (log) log->end_epoch(r);
-    if (!c.checkpoint.empty() && w.rank == 0) save_checkpoint(c, epoch + 1, data.train.count, s, result.history);
+    // Every rank waits for rank 0's checkpoint and learns whether it was written: after the last
+    // epoch the others would otherwise be gone while rank 0 still fails.
+    if (!c.checkpoint.empty())
+      together(w, [&] {
+        if (w.rank == 0) save_checkpoint(c, epoch + 1, data.train.count, s, result.history);
+      });
   }
   result.params = s.params.download();
   return result;
 }
 
+void finish_together(const World& w, const Config& c, const mgpu::TrainingLog* log) {
+  together(w, [&] {
+    if (c.fault.at_end && c.fault.rank == w.rank) inject_fault(c.fault, w, "at the end of the run");
+    if (log) log->finish();
+  });
+}
+
 std::array<StepProfile, 2> profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data,
                                          const Config& c, GradientAllreduce& allreduce, int steps) {
-  Config fresh = c;
+  Config fresh = c;  // from fresh parameters, touching no file
   fresh.resume.clear();
+  fresh.checkpoint.clear();
   const Start start = starting_point(w, fresh, data.train.count);
   RankState s(d, w, data, c.o, start.params);
   DistributedSampler sampler(data.train.count, c.o.batch_size, w.size, w.rank, c.o.seed);

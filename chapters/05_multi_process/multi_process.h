@@ -22,12 +22,15 @@
 namespace mp {
 
 // For the tests and the lesson on faults: rank `rank` fails at global step `step` (counted
-// from 0 over the whole run), by throwing an error (the clean path: the rank reports and
-// aborts) or by killing itself with SIGKILL (no handler runs: the launcher has to notice).
+// from 0 over the whole run), or at the end of the run (after the last collective of training,
+// where rank 0 writes the results and the others have nothing left to do), by throwing an
+// error (the clean path: the rank reports and every rank stops) or by killing itself with
+// SIGKILL (no handler runs: the launcher has to notice).
 enum class FailHow { Error, Kill };
 struct FaultInjection {
   int rank = -1;  // -1: no fault
   long step = -1;
+  bool at_end = false;  // --fail-at-step end: at the end of the run instead of at `step`
   FailHow how = FailHow::Error;
 };
 
@@ -50,8 +53,17 @@ struct RunResult {
 
 // Trains LeNet on `data` as rank w.rank of w.size, on device d, summing gradients with
 // `allreduce`. `log` (rank 0 only; nullptr elsewhere) gets one line per epoch.
+// Before the first step rank 0 checks that --checkpoint can be written and reads --resume; a
+// fault there, or in writing a checkpoint after an epoch, stops every rank together (each
+// throws StoppedTogether, see world.h), the failing one with the message naming the file.
 RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
                 GradientAllreduce& allreduce, mgpu::TrainingLog* log);
+
+// The end of a run, a step every rank takes together (together(), world.h): rank 0 writes the
+// CSV, the plot and the result line (`log`; nullptr on the other ranks, which write nothing),
+// the fault injected "at the end" fires, and then every rank learns whether any of them failed.
+// So no rank leaves while another still fails: on a failure every rank throws StoppedTogether.
+void finish_together(const World& w, const Config& c, const mgpu::TrainingLog* log);
 
 // Where one step's time goes, in ms, averaged over the steps and over the ranks.
 struct StepProfile {

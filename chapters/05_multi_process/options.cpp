@@ -21,8 +21,9 @@ std::string usage() {
   u += "  --checkpoint FILE after every epoch rank 0 saves the run to FILE (written to FILE.tmp, then renamed)\n";
   u += "  --resume FILE     continue the run saved in FILE, with any number of processes\n";
   u += "  --profile-steps N after training, time N steps without overlap and N with it (default 20; 0: skip)\n";
-  u += "  --fail-rank R --fail-at-step S [--fail-how error|kill]\n";
-  u += "                    fault injection: rank R fails at step S (counted from 0 over the whole run)\n";
+  u += "  --fail-rank R --fail-at-step S|end [--fail-how error|kill]\n";
+  u += "                    fault injection: rank R fails at step S (counted from 0 over the whole run),\n";
+  u += "                    or with 'end' at the end of the run, while rank 0 writes the results\n";
   return u;
 }
 
@@ -86,7 +87,16 @@ CommandLine parse_command_line(const std::vector<std::string>& args, int world_s
       {"--resume", file(c.resume)},
       {"--profile-steps", non_negative(c.profile_steps, unused)},
       {"--fail-rank", non_negative(c.fault.rank, fail_rank_given)},
-      {"--fail-at-step", non_negative(c.fault.step, fail_step_given)},
+      {"--fail-at-step",
+       [&c, &fail_step_given, non_negative](const std::string& flag, const std::string& v) -> std::string {
+         c.fault.at_end = v == "end";
+         if (c.fault.at_end) {
+           fail_step_given = true;
+           return "";
+         }
+         if (non_negative(c.fault.step, fail_step_given)(flag, v).empty()) return "";
+         return flag + " needs a step (a non-negative integer up to 1000000000) or 'end', got '" + v + "'";
+       }},
   };
 
   // This chapter's flags are taken out here; the rest go to the shared parser.

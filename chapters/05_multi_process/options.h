@@ -1,6 +1,6 @@
 // Chapter 05's command line: the flags every chapter shares (common/cli.h), and its own:
 //   --collective nccl|mpi  --overlap on|off  --checkpoint FILE  --resume FILE
-//   --profile-steps N  --fail-rank R --fail-at-step S [--fail-how error|kill]
+//   --profile-steps N  --fail-rank R --fail-at-step S|end [--fail-how error|kill]
 // The number of devices is the number of processes mpirun started: --devices K is accepted
 // only when K is that number.
 #pragma once

@@ -105,6 +105,27 @@ void broadcast_from_rank0(const World& w, void* bytes, std::size_t count) {
   MGPU_CHECK_MPI(MPI_Bcast(bytes, mpi_count(mgpu::Elements{count}), MPI_BYTE, 0, w.comm));
 }
 
+void together(const World& w, const std::function<void()>& work) {
+  std::string error;  // empty: this rank's work succeeded
+  try {
+    work();
+  } catch (const std::exception& e) {
+    error = *e.what() ? e.what() : "an error without a message";
+  } catch (...) {
+    error = "an exception that is not a std::exception";
+  }
+  const int failed = first_rank_where(w, !error.empty());
+  if (failed == w.size) return;
+  // The failing rank's message, to every rank, so that each can say what stopped it (cut to a
+  // fixed length: one broadcast, no second one for the length).
+  constexpr int kWidth = 1024;
+  std::vector<char> message(kWidth, '\0');
+  if (w.rank == failed) std::copy_n(error.begin(), std::min<std::size_t>(error.size(), kWidth - 1), message.begin());
+  MGPU_CHECK_MPI(MPI_Bcast(message.data(), kWidth, MPI_CHAR, failed, w.comm));
+  if (!error.empty()) throw StoppedTogether(error, failed, /*failed_here=*/true);
+  throw StoppedTogether("rank " + std::to_string(failed) + " failed: " + message.data(), failed, false);
+}
+
 void abort_all(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);

@@ -11,9 +11,11 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "common/device.h"
 
 namespace mp {
@@ -62,6 +64,35 @@ int count_ranks_with(const World& w, const std::string& key);
 // Rank 0's n floats (or bytes) copied to every rank: Horovod's broadcast_parameters.
 void broadcast_from_rank0(const World& w, float* data, mgpu::Elements n);
 void broadcast_from_rank0(const World& w, void* bytes, std::size_t count);
+
+// A step every rank takes together, for work that only some ranks do and after which they could
+// otherwise part ways: rank 0 checking its files before training, writing a checkpoint after an
+// epoch, or writing the results at the end while the others have nothing left to do. Each rank
+// runs `work` (which must not communicate: the other ranks may be skipping it), then one
+// collective tells every rank whether it failed anywhere. If it did, every rank throws
+// StoppedTogether at this same point, so all of them can leave through MPI_Finalize with a
+// non-zero status and none is left waiting for another; no MPI_Abort is needed.
+//
+// Why not simply MPI_Abort from the failing rank, as in the middle of training? At the end of a
+// run the other ranks have nothing more to wait for: they go on into MPI_Finalize or exit, and an
+// MPI_Abort from rank 0 at that moment races with their teardown. With Open MPI 4.1 mpirun then
+// sometimes crashes in its PMIx teardown (status 139) or hangs for minutes, deaf to SIGTERM.
+void together(const World& w, const std::function<void()>& work);
+
+// What together() throws on every rank when `work` failed on any. On a rank whose own work
+// failed, what() is that rank's own message; on the others it names the lowest failing rank and
+// carries its message.
+class StoppedTogether : public mgpu::Error {
+ public:
+  StoppedTogether(const std::string& what, int failed_rank, bool failed_here)
+      : mgpu::Error(what), failed_rank_(failed_rank), failed_here_(failed_here) {}
+  int failed_rank() const { return failed_rank_; }  // the lowest rank whose work failed
+  bool failed_here() const { return failed_here_; }  // this rank's own work failed: it says why
+
+ private:
+  int failed_rank_;
+  bool failed_here_;
+};
 
 // The fault path. An error on one rank must stop all of them: the others are waiting for it in
 // the next collective and would wait forever. abort_all() calls MPI_Abort on MPI_COMM_WORLD,

@@ -1,0 +1,905 @@
+#!/usr/bin/env bash
+# gpu_check.sh: one command that checks every GPU path of this repository on the NVIDIA GPUs
+# this machine has, and writes what it saw into one Markdown report.
+#
+#   tools/gpu_check.sh            configure and build the cuda backend, run the whole test suite,
+#                                 run every chapter on 1 GPU, on all GPUs, and with 2 and 4
+#                                 devices on one GPU, run both allreduce benchmarks
+#   tools/gpu_check.sh --quick    the same with short runs
+#   tools/gpu_check.sh --help     the options
+#
+# Exit status: 0 everything passed, 1 something failed (the report says what), 2 a bad command
+# line, 77 no GPU answers and --allow-no-gpu was not given ("not applicable", as the chapters).
+#
+# The steps run one after another, never side by side: the seconds per epoch they report are
+# only worth comparing when nothing else ran on the GPUs at the same time.
+set -euo pipefail
+# Decimal points, whatever the user's locale: the times below are computed with printf and awk.
+export LC_NUMERIC=C
+
+readonly program_name=gpu_check.sh
+# Associative arrays and empty arrays under `set -u` need bash 4.4 or newer.
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then
+  echo "$program_name: needs bash 4.4 or newer (this is $BASH_VERSION)" >&2
+  exit 1
+fi
+# The repository: this script lives in its tools/ folder.
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+readonly repo_root
+
+# A training run must end above this test accuracy in a full run (d2l's defaults). Chance is
+# 0.10 and d2l's own runs end between 0.75 and 0.84: a run below 0.5 did not learn, whatever
+# its exit status says. Short runs (--quick) are not judged: LeNet sits at chance for about
+# two epochs of the full training set.
+readonly min_test_acc=0.50
+# No step may take longer than this: a collective that waits forever (a rank that never
+# joins) must end the check with a failure, not hang it.
+readonly step_time_limit=300
+readonly test_suite_time_limit=600
+
+usage() {
+  cat <<EOF
+usage: $program_name [options]
+  builds the cuda backend and checks every GPU path on this machine's NVIDIA GPUs: the test
+  suite, every chapter on 1 GPU, on all GPUs and with 2 and 4 devices on one GPU, chapter 05
+  under mpirun, both allreduce benchmarks; writes one Markdown report
+
+options:
+  --build-dir DIR   where to build (default build-gpu-check in the repository)
+  --out DIR         where the report (gpu_check.md) and the logs (gpu_check/) go (default
+                    results/ in the repository)
+  --skip-build      use the build already in --build-dir as it is
+  --cuda-archs LIST CUDA architectures to compile for, e.g. 80;90 (default native: this
+                    machine's GPUs; CMake's CUDAARCHS environment variable works too)
+  --quick           short runs (2 epochs on 4096 images, benchmarks up to 1 MiB) instead of
+                    d2l's defaults; without a GPU shorter still (1 epoch on 1024 images)
+  --allow-no-gpu    where no GPU answers, run the same steps on the build's own backend (normally
+                    cpu) instead of exiting with status 77; GPU-only steps are then "not run".
+                    This checks the script, not the GPUs.
+  --help            this text
+
+exit status: 0 all passed, 1 a step failed, 2 a bad command line, 77 no GPU (without --allow-no-gpu)
+EOF
+}
+
+# A refused command line: the reason, then the usage, both on stderr, and status 2.
+refuse_command_line() {
+  echo "$program_name: $1" >&2
+  usage >&2
+  exit 2
+}
+
+# --- The command line ---------------------------------------------------------------------
+build_dir="$repo_root/build-gpu-check"
+out_dir="$repo_root/results"
+skip_build=no
+quick=no
+allow_no_gpu=no
+cuda_archs=""
+
+# An option that takes a value must have one: not missing, not empty, not another option.
+require_value() {  # option [value]
+  if [[ $# -lt 2 || -z "$2" ]]; then
+    refuse_command_line "$1 needs a value"
+  fi
+  if [[ "$2" == --* ]]; then
+    refuse_command_line "$1 needs a value, got the option '$2'"
+  fi
+}
+
+parse_command_line() {
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --help) usage; exit 0 ;;
+      --build-dir) require_value "$@"; build_dir=$2; shift ;;
+      --out) require_value "$@"; out_dir=$2; shift ;;
+      --cuda-archs) require_value "$@"; cuda_archs=$2; shift ;;
+      --skip-build) skip_build=yes ;;
+      --quick) quick=yes ;;
+      --allow-no-gpu) allow_no_gpu=yes ;;
+      *) refuse_command_line "unknown option '$1'" ;;
+    esac
+    shift
+  done
+  # The programs run from the repository root (where they find data/), so every path the user
+  # gave relative to where they stand is made absolute first.
+  build_dir=$(realpath -m -- "$build_dir")
+  out_dir=$(realpath -m -- "$out_dir")
+}
+
+parse_command_line "$@"
+
+readonly report="$out_dir/gpu_check.md"
+readonly logs_dir="$out_dir/gpu_check"  # one <step>.log per step, and each run's CSVs and plots
+
+# --- Small helpers ------------------------------------------------------------------------
+now() { date +%s.%N; }
+seconds_since() { awk -v start="$1" -v end="$(now)" 'BEGIN { printf "%.1f", end - start }'; }
+check_started=$(now)
+
+# One value from the build's CMake cache ("" when the build or the value is missing).
+cache_value() {
+  local cache="$build_dir/CMakeCache.txt"
+  [[ -f "$cache" ]] || return 0
+  sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1
+}
+
+# A command as a person would type it from the repository root: paths inside the repository
+# are shortened, and each word is quoted only where the shell needs it.
+command_text() {
+  local word text=""
+  for word in "$@"; do
+    word=${word#"$repo_root"/}
+    if [[ ! "$word" =~ ^[A-Za-z0-9_./=:,@%+-]+$ ]]; then
+      word="'${word//\'/\'\\\'\'}'"  # in single quotes, each ' written as '\''
+    fi
+    text+="$word "
+  done
+  printf '%s' "${text% }"
+}
+
+# --- Which GPUs answer --------------------------------------------------------------------
+# gpu_count: the GPUs CUDA programs will see; first_gpu: the one "on one GPU" runs use;
+# gpu_problem: why none answers, for the message.
+gpu_count=0
+first_gpu=""
+gpu_problem=""
+find_gpus() {
+  local listing
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    gpu_problem="nvidia-smi not found"
+    return
+  fi
+  if ! listing=$(nvidia-smi -L 2>&1); then
+    gpu_problem="nvidia-smi -L: $(head -n 1 <<<"$listing")"
+    return
+  fi
+  gpu_count=$(grep -c '^GPU [0-9]*:' <<<"$listing" || true)
+  if [[ "$gpu_count" -eq 0 ]]; then
+    gpu_problem="nvidia-smi -L lists no GPU"
+    return
+  fi
+  first_gpu=0
+  # CUDA_VISIBLE_DEVICES, where set, decides what CUDA programs see: honour it.
+  if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+    local -a visible
+    IFS=',' read -ra visible <<<"$CUDA_VISIBLE_DEVICES"
+    gpu_count=${#visible[@]}
+    first_gpu=${visible[0]:-}
+    if [[ "$gpu_count" -eq 0 ]]; then
+      gpu_problem="CUDA_VISIBLE_DEVICES is set but empty"
+    fi
+  fi
+}
+
+find_gpus
+if [[ "$gpu_count" -gt 0 ]]; then
+  mode=gpu
+elif [[ "$allow_no_gpu" == yes ]]; then
+  mode=no-gpu
+else
+  echo "$program_name: no NVIDIA GPU answers ($gpu_problem); nothing to check" >&2
+  echo "(--allow-no-gpu runs the same steps on the build's own backend, to check the script itself)" >&2
+  exit 77
+fi
+readonly mode gpu_count first_gpu
+
+if [[ "$skip_build" == yes && ! -f "$build_dir/CMakeCache.txt" ]]; then
+  echo "$program_name: --skip-build, but $build_dir holds no build (no CMakeCache.txt); drop --skip-build to build there" >&2
+  exit 1
+fi
+
+cores=$(nproc)
+readonly cores
+
+# --- Where the steps' outcomes are kept, for the report -----------------------------------
+# One entry per step, in the order they ran. An outcome is PASS, "FAIL: why" or "not run: why";
+# a step is never counted as passed unless it ran and passed.
+step_names=()
+step_titles=()
+step_commands=()
+step_outcomes=()
+step_exits=()
+step_seconds=()
+training_rows=()      # one Markdown row per "result:" line of a training program
+benchmark_sections=() # one Markdown section per benchmark: its tables
+test_suite_section="" # what ctest said
+configure_report=""   # the build's configure report, when this script configured it
+failures=0
+not_run=0
+
+record_step() {  # name title command outcome exit seconds
+  set -- "$1" "$2" "$3" "${4//|//}" "$5" "$6"  # a | would end the report's table cell
+  step_names+=("$1")
+  step_titles+=("$2")
+  step_commands+=("$3")
+  step_outcomes+=("$4")
+  step_exits+=("$5")
+  step_seconds+=("$6")
+  case "$4" in
+    FAIL*) failures=$((failures + 1)) ;;
+    "not run"*) not_run=$((not_run + 1)) ;;
+  esac
+  printf '[%6.1f s] %-34s %s (%s s)\n' "$(seconds_since "$check_started")" "$1" "$4" "$6"
+}
+
+# A step that is not run, and why (no GPU, one GPU only, --skip-build, ...).
+skip_step() {  # name title reason
+  record_step "$1" "$2" "" "not run: $3" "" "0.0"
+}
+
+# Runs one command with its whole output in logs_dir/<name>.log, within a time limit.
+# Sets run_status (the exit status; 124 when the limit ended it) and run_seconds.
+run_status=0
+run_seconds=0
+run_limit=0
+running_pid=""  # the run in progress (its timeout process), for interrupted
+run_logged() {  # name limit_seconds command...
+  local name=$1 limit=$2
+  shift 2
+  run_limit=$limit
+  local log="$logs_dir/$name.log" started
+  echo "\$ $(command_text "$@")" >"$log"
+  started=$(now)
+  if [[ -t 1 ]]; then  # on a terminal, say what runs now; record_step's line overwrites it
+    printf '[%6.1f s] %-34s ...\r' "$(seconds_since "$check_started")" "$name"
+  fi
+  # The programs run from the repository root, as the tests do. `timeout` ends a hung run
+  # (SIGTERM to the run and everything it started, then SIGKILL 10 s later). It runs in the
+  # background and the script waits for it, so that Ctrl-C reaches the script at once (see
+  # interrupted), which then ends the run through timeout.
+  (cd "$repo_root" && exec timeout --kill-after=10 "$limit" "$@") >>"$log" 2>&1 &
+  running_pid=$!
+  if wait "$running_pid"; then
+    run_status=0
+  else
+    run_status=$?
+  fi
+  running_pid=""
+  run_seconds=$(seconds_since "$started")
+}
+
+# Why a run that did not exit with 0 failed, in words, with the line of its log that says why:
+# the last one a program of this repository printed about itself ("05_multi_process: rank 1:
+# error: ..."), or else the last that speaks of an error (a compiler's, mpirun's, ctest's).
+status_problem() {  # status log
+  local why last_error
+  case "$1" in
+    124 | 137) why="timed out after ${run_limit} s" ;;
+    77) why="exit 77: not applicable in this build" ;;
+    *) why="exit $1" ;;
+  esac
+  last_error=$(grep -E '^[0-9][0-9]_[a-z_]+: ' "$2" | tail -n 1 | cut -c 1-200 || true)
+  if [[ -z "$last_error" ]]; then
+    last_error=$(grep -iE 'error|fail|abort' "$2" | tail -n 1 | cut -c 1-200 || true)
+  fi
+  if [[ -n "$last_error" ]]; then
+    why+=": $last_error"
+  fi
+  echo "$why (see the log)"
+}
+
+# In the no-GPU mode a cuda build stops at "no GPU answers": that run could not happen here.
+no_gpu_answered() {  # log
+  if [[ "$mode" == no-gpu ]] && grep -q 'no GPU answers' "$1"; then
+    return 0
+  fi
+  return 1
+}
+
+# --- The build ----------------------------------------------------------------------------
+# Sets build_ok to yes when there is a build to check (built now, or given with --skip-build).
+build_ok=no
+configure_and_build() {
+  if [[ "$skip_build" == yes ]]; then
+    skip_step configure "configure" "--skip-build: the build in $(command_text "$build_dir") is used as it is"
+    skip_step build "build" "--skip-build"
+  else
+    local -a configure=(cmake -S "$repo_root" -B "$build_dir")
+    if [[ "$mode" == gpu ]]; then
+      configure+=(-DMGPU_BACKEND=cuda)
+      # "native" compiles for exactly the GPUs that answer here: the fastest build, and the
+      # code that runs is the code compiled for these GPUs (no PTX compiled at load time).
+      if [[ -n "$cuda_archs" ]]; then
+        configure+=("-DCMAKE_CUDA_ARCHITECTURES=$cuda_archs")
+      elif [[ -z "${CUDAARCHS:-}" ]]; then
+        configure+=(-DCMAKE_CUDA_ARCHITECTURES=native)
+      fi
+    fi
+    # Without a GPU the backend is left to the build (cached, or "auto", which picks cpu):
+    # a cuda build for "native" architectures cannot be configured where no GPU answers.
+    run_logged configure 900 "${configure[@]}"
+    configure_report=$(awk '/mgpu configuration/ { on = 1 } on && /^-- *$/ { exit } on { sub(/^-- /, ""); print }' \
+                         "$logs_dir/configure.log")
+    if [[ "$run_status" -ne 0 ]]; then
+      record_step configure "configure" "$(command_text "${configure[@]}")" \
+        "FAIL: $(status_problem "$run_status" "$logs_dir/configure.log")" "$run_status" "$run_seconds"
+      return
+    fi
+    record_step configure "configure" "$(command_text "${configure[@]}")" PASS 0 "$run_seconds"
+
+    local -a build=(cmake --build "$build_dir" -j "$cores")
+    run_logged build 1800 "${build[@]}"
+    if [[ "$run_status" -ne 0 ]]; then
+      record_step build "build" "$(command_text "${build[@]}")" \
+        "FAIL: $(status_problem "$run_status" "$logs_dir/build.log")" \
+        "$run_status" "$run_seconds"
+      return
+    fi
+    record_step build "build" "$(command_text "${build[@]}")" PASS 0 "$run_seconds"
+  fi
+  # A GPU check of a cpu build would check nothing: say so before spending any time.
+  if [[ "$mode" == gpu && "$(cache_value MGPU_BACKEND)" == cpu ]]; then
+    record_step backend "the build's backend" "" \
+      "FAIL: $(command_text "$build_dir") is a cpu build (MGPU_BACKEND=cpu); drop --skip-build or give a cuda build" \
+      "" "0.0"
+    return
+  fi
+  build_ok=yes
+}
+
+# --- The test suite -----------------------------------------------------------------------
+# The lines of ctest's output that follow a heading such as "The following tests FAILED:".
+lines_after() {  # heading log
+  awk -v heading="$1" 'index($0, heading) == 1 { on = 1; next } on && /^\t/ { print; next } on { exit }' "$2"
+}
+
+run_test_suite() {
+  local title="the whole test suite (ctest)"
+  local -a ctest=(ctest --test-dir "$build_dir" --output-on-failure -j "$cores" -LE gpu_check)
+  local note="The whole suite but this script's own tests (label \`gpu_check\`); on a GPU machine no test may fail or be skipped."
+  if [[ "$mode" == no-gpu ]]; then
+    # Without a GPU only a fast subset runs (each program's --help): enough to show that
+    # ctest's report is read right; the whole suite is the build's own business. It runs from
+    # the tests/ folder so that its Testing/ log lands there: this script itself may be running
+    # as one of the suite's tests, and must not write into that ctest's log.
+    ctest=(ctest --test-dir "$build_dir/tests" --output-on-failure -R '_help$' -LE gpu_check)
+    title="a fast subset of the tests (no GPU)"
+    note="No GPU: only a fast subset ran (the tests named *_help), to check that ctest's report is read right. This is not the test suite's verdict."
+  fi
+  if [[ ! -f "$build_dir/CTestTestfile.cmake" ]]; then
+    local why="the build has no tests: CMake did not find doctest when configuring. Install it (Debian/Ubuntu: apt-get install doctest-dev; elsewhere the doctest package, or -Ddoctest_DIR=...) and configure again"
+    test_suite_section="**FAIL**: $why."
+    record_step ctest "$title" "$(command_text "${ctest[@]}")" "FAIL: $why" "" "0.0"
+    return
+  fi
+  run_logged ctest "$test_suite_time_limit" "${ctest[@]}"
+  local log="$logs_dir/ctest.log" failed skipped summary outcome=PASS
+  summary=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$log" || true)
+  failed=$(lines_after "The following tests FAILED:" "$log")
+  skipped=$(lines_after "The following tests did not run:" "$log")
+  if grep -q 'No tests were found' "$log"; then
+    outcome="FAIL: ctest found no tests (was doctest found when configuring? apt-get install doctest-dev)"
+  elif [[ -n "$failed" ]]; then
+    outcome="FAIL: $(grep -c . <<<"$failed") test(s) failed"
+  elif [[ "$mode" == gpu && -n "$skipped" ]]; then
+    outcome="FAIL: $(grep -c . <<<"$skipped") test(s) skipped: on a GPU machine every GPU test must run"
+  elif [[ "$run_status" -ne 0 || -z "$summary" ]]; then
+    outcome="FAIL: $(status_problem "$run_status" "$log")"
+  fi
+  record_step ctest "$title" "$(command_text "${ctest[@]}")" "$outcome" "$run_status" "$run_seconds"
+  test_suite_section="$note"$'\n\n'"\`$(command_text "${ctest[@]}")\`: ${summary:-no summary line}"
+  if [[ -n "$failed" ]]; then
+    test_suite_section+=$'\n\nFailed:\n\n```\n'"$failed"$'\n```'
+  fi
+  if [[ -n "$skipped" ]]; then
+    test_suite_section+=$'\n\nDid not run (skipped):\n\n```\n'"$skipped"$'\n```'
+  fi
+}
+
+# --- The training programs ----------------------------------------------------------------
+# Every training program ends each run with one line of key=value pairs:
+#   result: chapter=01_lenet backend=cpu devices=1 epochs=10 ... test_acc=0.8312 sec_per_epoch=3.91 ...
+# (chapters 02-04 train several times in one program, and print one such line per training).
+# Turns each into a row of the report's training table and checks it; what is wrong goes into
+# result_problems ("" when nothing is).
+result_problems=""
+read_result_lines() {  # step log
+  local step=$1 log=$2 line pair run="" problems=""
+  local -A value
+  while IFS= read -r line; do
+    # The CSV a training wrote just before its result line names that training
+    # ("wrote results/02_data_parallel_k2.csv" -> 02_data_parallel_k2).
+    if [[ "$line" =~ ^wrote\ (.*)\.csv$ ]]; then
+      run=$(basename "${BASH_REMATCH[1]}")
+      continue
+    fi
+    [[ "$line" == "result: "* ]] || continue
+    value=()
+    local -a pairs
+    read -ra pairs <<<"${line#result: }"
+    for pair in "${pairs[@]}"; do
+      if [[ "$pair" == *=* ]]; then
+        value["${pair%%=*}"]="${pair#*=}"
+      fi
+    done
+    # Keys this table has no column for (new ones may come) still appear, in the last column.
+    local other=""
+    for pair in "${pairs[@]}"; do
+      case "${pair%%=*}" in
+        chapter | backend | devices | epochs | test_acc | sec_per_epoch | samples_per_sec | batch | lr) ;;
+        *) other+="$pair " ;;
+      esac
+    done
+    local acc=${value[test_acc]:-}
+    training_rows+=("| $step | ${run:-${value[chapter]:-?}} | ${value[backend]:-?} | ${value[devices]:-?} | ${value[epochs]:-?} | ${acc:-?} | ${value[sec_per_epoch]:-?} | ${value[samples_per_sec]:-?} | ${other% } |")
+    if ! [[ "$acc" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+      problems+="${run:-a run}: test_acc '${acc}' is not a number; "
+    elif [[ "$quick" == no ]] && awk -v a="$acc" -v m="$min_test_acc" 'BEGIN { exit !(a < m) }'; then
+      problems+="${run:-a run}: test_acc $acc is below $min_test_acc (did not learn); "
+    fi
+    if [[ "$mode" == gpu && "${value[backend]:-}" != cuda ]]; then
+      problems+="${run:-a run}: ran on the '${value[backend]:-?}' backend, not cuda; "
+    fi
+    run=""
+  done <"$log"
+  result_problems=${problems%; }
+}
+
+# Why a program is missing from the build, where CMake says why it left it out.
+not_built() {  # program
+  local why
+  why="$(command_text "$1") was not built"
+  case "$(basename "$1")" in
+    04_*) why+=" (a cuda build leaves chapter 04 out where CMake found no NCCL: see the configure report)" ;;
+    05_*) why+=" (chapter 05 is left out where CMake found no MPI: see the configure report)" ;;
+  esac
+  echo "$why"
+}
+
+# A training program, from start to its result lines. $1: the step's name (and log's);
+# $2: what it checks, in words; then the command.
+run_training() {
+  local name=$1 title=$2
+  shift 2
+  local program=$1
+  # "env CUDA_VISIBLE_DEVICES=0 prog" or "mpirun ... prog": the program is the last word
+  # before the options that is a path into the build.
+  local word
+  for word in "$@"; do
+    if [[ "$word" == "$build_dir"/bin/* ]]; then
+      program=$word
+    fi
+  done
+  if [[ ! -x "$program" ]]; then
+    record_step "$name" "$title" "$(command_text "$@")" "FAIL: $(not_built "$program")" "" "0.0"
+    return
+  fi
+  run_logged "$name" "$step_time_limit" "$@"
+  local log="$logs_dir/$name.log" outcome=PASS
+  read_result_lines "$name" "$log"
+  if no_gpu_answered "$log"; then
+    outcome="not run: no GPU (this is a cuda build)"
+  elif [[ "$run_status" -ne 0 ]]; then
+    outcome="FAIL: $(status_problem "$run_status" "$log")"
+  elif ! grep -q '^result: ' "$log"; then
+    outcome="FAIL: no result line"
+  elif [[ -n "$result_problems" ]]; then
+    outcome="FAIL: $result_problems"
+  fi
+  record_step "$name" "$title" "$(command_text "$@")" "$outcome" "$run_status" "$run_seconds"
+}
+
+# --- The benchmarks -----------------------------------------------------------------------
+# A benchmark passes when it exits with 0 (it checks every element of every allreduce, and
+# exits non-zero when one is wrong); its tables go into the report as they were printed.
+run_benchmark() {
+  local name=$1 title=$2
+  shift 2
+  if [[ ! -x "$1" ]]; then
+    record_step "$name" "$title" "$(command_text "$@")" "FAIL: $(not_built "$1")" "" "0.0"
+    return
+  fi
+  run_logged "$name" "$step_time_limit" "$@"
+  local log="$logs_dir/$name.log" outcome=PASS tables
+  if no_gpu_answered "$log"; then
+    outcome="not run: no GPU (this is a cuda build)"
+  elif [[ "$run_status" -ne 0 ]]; then
+    outcome="FAIL: $(status_problem "$run_status" "$log")"
+  fi
+  record_step "$name" "$title" "$(command_text "$@")" "$outcome" "$run_status" "$run_seconds"
+  # Each table starts at its "# allreduce, ..." heading and ends at the next empty line; the
+  # lines saying what was checked, or why a column is missing, come with them.
+  tables=$(awk '/^# allreduce/ { on = 1 } on && /^$/ { on = 0; print ""; next } on || /checked|no nccl column/' "$log")
+  benchmark_sections+=("### $name: $title"$'\n\n'"\`$(command_text "$@")\` (log: \`gpu_check/$name.log\`)"$'\n\n```\n'"${tables:-(no table: see the log)}"$'\n```')
+}
+
+# --- The plan -----------------------------------------------------------------------------
+# Options every chapter run gets: d2l's defaults, or a short run; and its own --out, so that
+# runs of one program do not overwrite each other's CSVs and plots. Without a GPU a short run
+# only has to feed the report (a CI runner has 2 cores), so it is shorter still.
+chapter_options=()
+multi_process_options=()  # chapter 05 also times some steps apart after training
+if [[ "$quick" == yes && "$mode" == gpu ]]; then
+  chapter_options=(--epochs 2 --limit-train 4096)
+  multi_process_options=(--profile-steps 5)
+elif [[ "$quick" == yes ]]; then
+  chapter_options=(--epochs 1 --limit-train 1024 --batch-size 64)
+  multi_process_options=(--profile-steps 2)
+fi
+out_for() { printf '%s' "$logs_dir/$1"; }
+
+# How to start chapter 05 under MPI. Open MPI refuses to run as root (containers, CI) unless
+# told twice, and more ranks than cores unless --oversubscribe is given; in a container
+# without ptrace its shared-memory transport cannot copy directly between processes, so that
+# mechanism is switched off, as in the tests (tests/CMakeLists.txt).
+mpirun_path=$(cache_value MPIEXEC_EXECUTABLE)
+if [[ -z "$mpirun_path" || "$mpirun_path" == *NOTFOUND ]]; then
+  mpirun_path=$(command -v mpirun || command -v mpiexec || true)
+fi
+mpi_env=()      # what mpirun needs in its environment
+mpirun_command=()
+mpi_version=""
+if [[ -n "$mpirun_path" ]]; then
+  mpi_version=$("$mpirun_path" --version 2>&1 | head -n 1 || true)
+  mpirun_command=("$mpirun_path")
+  if [[ "$mpi_version" == *"Open MPI"* || "$mpi_version" == *OpenRTE* ]]; then
+    if [[ "$(id -u)" -eq 0 ]]; then
+      mpi_env+=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+    fi
+    mpi_env+=(OMPI_MCA_btl_vader_single_copy_mechanism=none)
+    mpirun_command+=(--oversubscribe)
+  fi
+fi
+
+# "On one GPU": several logical devices, or several ranks, all on the first GPU.
+one_gpu_env=()
+on_one_gpu=()
+if [[ "$mode" == gpu ]]; then
+  one_gpu_env=("CUDA_VISIBLE_DEVICES=$first_gpu")
+  on_one_gpu=(env "${one_gpu_env[@]}")
+fi
+
+# Comma-separated device counts for a benchmark: 1, 2, 4, 8 up to $1, and $1 itself.
+device_counts_up_to() {
+  local k=1 counts="" limit=$1
+  while [[ "$k" -le "$limit" && "$k" -le 8 ]]; do
+    counts+="$k,"
+    k=$((k * 2))
+  done
+  [[ ",$counts" == *",$limit,"* ]] || counts+="$limit,"
+  printf '%s' "${counts%,}"
+}
+
+run_chapters() {
+  local bin="$build_dir/bin" gpus=$gpu_count where="GPU"
+  if [[ "$mode" == no-gpu ]]; then
+    where="device"
+  fi
+
+  run_training 01_lenet_1dev "chapter 01 on 1 $where" \
+    "$bin/01_lenet" --devices 1 "${chapter_options[@]}" --out "$(out_for 01_lenet_1dev)"
+
+  local chapter
+  for chapter in 02_data_parallel 03_ring_allreduce; do
+    run_training "${chapter}_1dev" "chapter ${chapter:0:2} on 1 $where" \
+      "$bin/$chapter" --devices 1 "${chapter_options[@]}" --out "$(out_for "${chapter}_1dev")"
+    if [[ "$mode" == no-gpu ]]; then
+      skip_step "${chapter}_all_gpus" "chapter ${chapter:0:2} on all GPUs" "no GPU"
+    elif [[ "$gpus" -gt 1 ]]; then
+      run_training "${chapter}_all_gpus" "chapter ${chapter:0:2} on all $gpus GPUs" \
+        "$bin/$chapter" --devices "$gpus" "${chapter_options[@]}" --out "$(out_for "${chapter}_all_gpus")"
+    else
+      skip_step "${chapter}_all_gpus" "chapter ${chapter:0:2} on all GPUs" "this machine has 1 GPU"
+    fi
+    local k
+    for k in 2 4; do
+      local title="chapter ${chapter:0:2}, $k logical devices on GPU $first_gpu"
+      if [[ "$mode" == no-gpu ]]; then
+        title="chapter ${chapter:0:2}, $k logical devices (no GPU: replicas on the build's backend)"
+      fi
+      run_training "${chapter}_${k}dev_1gpu" "$title" \
+        "${on_one_gpu[@]}" "$bin/$chapter" --devices "$k" "${chapter_options[@]}" \
+        --out "$(out_for "${chapter}_${k}dev_1gpu")"
+    done
+  done
+
+  # Chapter 04: NCCL, one rank per GPU (the program caps --devices at the GPU count).
+  if [[ "$mode" == no-gpu ]]; then
+    skip_step 04_nccl_1gpu "chapter 04 (NCCL) on 1 GPU" "no GPU"
+    skip_step 04_nccl_all_gpus "chapter 04 (NCCL) on all GPUs" "no GPU"
+  else
+    run_training 04_nccl_1gpu "chapter 04 (NCCL) on 1 GPU" \
+      "$bin/04_nccl" --devices 1 "${chapter_options[@]}" --out "$(out_for 04_nccl_1gpu)"
+    if [[ "$gpus" -gt 1 ]]; then
+      run_training 04_nccl_all_gpus "chapter 04 (NCCL) on all $gpus GPUs" \
+        "$bin/04_nccl" --devices "$gpus" "${chapter_options[@]}" --out "$(out_for 04_nccl_all_gpus)"
+    else
+      skip_step 04_nccl_all_gpus "chapter 04 (NCCL) on all GPUs" "this machine has 1 GPU"
+    fi
+  fi
+
+  # Chapter 05: one process per device. With a GPU each rank has its own, and NCCL sums; ranks
+  # that share a GPU must use MPI's collectives (NCCL refuses two ranks on one GPU).
+  local own_gpu_collective=nccl
+  if [[ "$mode" == no-gpu ]]; then
+    own_gpu_collective=mpi
+  fi
+  if [[ "${#mpirun_command[@]}" -eq 0 ]]; then
+    local missing="mpirun not found (Debian/Ubuntu: apt-get install openmpi-bin)"
+    if [[ "$mode" == no-gpu ]]; then
+      skip_step 05_multi_process_np1 "chapter 05, mpirun -np 1" "$missing"
+      skip_step 05_multi_process_np2_1gpu "chapter 05, mpirun -np 2 on one device" "$missing"
+    else
+      record_step 05_multi_process "chapter 05 under mpirun" "" "FAIL: $missing" "" "0.0"
+    fi
+    return
+  fi
+  run_training 05_multi_process_np1 "chapter 05, mpirun -np 1, collective $own_gpu_collective" \
+    env "${mpi_env[@]}" "${mpirun_command[@]}" -np 1 "$bin/05_multi_process" --collective "$own_gpu_collective" \
+    "${chapter_options[@]}" "${multi_process_options[@]}" --out "$(out_for 05_multi_process_np1)"
+  if [[ "$mode" == no-gpu ]]; then
+    skip_step 05_multi_process_all_gpus "chapter 05, one rank per GPU (NCCL)" "no GPU"
+  elif [[ "$gpus" -gt 1 ]]; then
+    run_training 05_multi_process_all_gpus "chapter 05, mpirun -np $gpus, one rank per GPU, NCCL" \
+      env "${mpi_env[@]}" "${mpirun_command[@]}" -np "$gpus" "$bin/05_multi_process" --collective nccl \
+      "${chapter_options[@]}" "${multi_process_options[@]}" --out "$(out_for 05_multi_process_all_gpus)"
+  else
+    skip_step 05_multi_process_all_gpus "chapter 05, one rank per GPU (NCCL)" "this machine has 1 GPU"
+  fi
+  # No --collective here: two ranks on one GPU must fall back from the default (NCCL) to MPI
+  # by themselves, which is what a student with one GPU meets first.
+  local title="chapter 05, mpirun -np 2 on GPU $first_gpu (ranks share it: the default falls back to MPI)"
+  if [[ "$mode" == no-gpu ]]; then
+    title="chapter 05, mpirun -np 2, MPI collectives (no GPU)"
+  fi
+  run_training 05_multi_process_np2_1gpu "$title" \
+    env "${one_gpu_env[@]}" "${mpi_env[@]}" "${mpirun_command[@]}" -np 2 "$bin/05_multi_process" \
+    "${chapter_options[@]}" "${multi_process_options[@]}" --out "$(out_for 05_multi_process_np2_1gpu)"
+}
+
+run_benchmarks() {
+  local bin="$build_dir/bin" sizes
+  # Full: up to 64 MiB (LeNet's gradients are 504 KiB; NCCL reaches its bandwidth by then on
+  # one node), 20 timed runs per size. Quick: up to 1 MiB, 5 runs.
+  sizes=(--max-bytes 64M --warmup 5 --iters 20)
+  if [[ "$quick" == yes ]]; then
+    sizes=(--max-bytes 1M --warmup 1 --iters 5)
+  fi
+  if [[ "$mode" == no-gpu ]]; then
+    run_benchmark 03_allreduce_bench "naive and ring, 1 and 2 devices (no GPU)" \
+      "$bin/03_allreduce_bench" --devices 1,2 "${sizes[@]}" --out "$(out_for 03_allreduce_bench)"
+    skip_step 04_allreduce_bench "naive, ring and NCCL on the GPUs" "no GPU"
+    return
+  fi
+  # Chapter 03's benchmark places logical devices round-robin on the GPUs: with one GPU, 2
+  # and 4 devices share it; with more, they spread over them.
+  local counts
+  counts=$(device_counts_up_to "$gpu_count")
+  [[ ",$counts," == *",2,"* ]] || counts+=",2"
+  [[ ",$counts," == *",4,"* ]] || counts+=",4"
+  counts=$(tr ',' '\n' <<<"$counts" | sort -n | uniq | paste -sd, -)
+  run_benchmark 03_allreduce_bench "naive and ring on $counts devices ($gpu_count GPU(s))" \
+    "$bin/03_allreduce_bench" --devices "$counts" "${sizes[@]}" --out "$(out_for 03_allreduce_bench)"
+  counts=$(device_counts_up_to "$gpu_count")
+  run_benchmark 04_allreduce_bench "naive, ring and NCCL on $counts GPU(s)" \
+    "$bin/04_allreduce_bench" --devices "$counts" "${sizes[@]}" --out "$(out_for 04_allreduce_bench)"
+}
+
+# --- The machine --------------------------------------------------------------------------
+# Facts the report starts with; each falls back to "unknown" rather than failing the check.
+machine_rows=()
+topology=""
+machine_row() { machine_rows+=("| $1 | ${2:-unknown} |"); }
+
+collect_machine_facts() {
+  machine_row "date" "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  local commit
+  commit=$(git -C "$repo_root" rev-parse --short=12 HEAD 2>/dev/null || true)
+  if [[ -n "$commit" && -n "$(git -C "$repo_root" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+    commit+=" (with uncommitted changes)"
+  fi
+  machine_row "git commit" "$commit"
+  if [[ "$mode" == gpu ]]; then
+    local gpus
+    gpus=$(nvidia-smi --query-gpu=index,name,memory.total,pci.bus_id --format=csv,noheader 2>/dev/null |
+           awk -F', ' '{ printf "%s%s: %s, %s, %s", sep, $1, $2, $3, $4; sep = "<br>" }' || true)
+    machine_row "GPUs ($gpu_count used)" "$gpus"
+    machine_row "NVIDIA driver" "$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)"
+    if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+      machine_row "CUDA_VISIBLE_DEVICES" "$CUDA_VISIBLE_DEVICES"
+    fi
+    topology=$(nvidia-smi topo -m 2>&1 || true)
+  else
+    machine_row "GPUs" "none: $gpu_problem"
+  fi
+  local nvcc nccl_header nccl=""
+  nvcc=$(cache_value CMAKE_CUDA_COMPILER)
+  [[ -x "$nvcc" ]] || nvcc=$(command -v nvcc || true)
+  [[ -x "$nvcc" ]] || nvcc=/usr/local/cuda/bin/nvcc
+  if [[ -x "$nvcc" ]]; then
+    machine_row "CUDA (nvcc)" "$("$nvcc" --version 2>/dev/null | grep -i release | sed 's/^Cuda compilation tools, //' || true) ($nvcc)"
+  else
+    machine_row "CUDA (nvcc)" "not found"
+  fi
+  # NCCL's version is in its header; the build caches where it found it.
+  nccl_header="$(cache_value MGPU_NCCL_INCLUDE)/nccl.h"
+  [[ -f "$nccl_header" ]] || nccl_header="$(dirname "$nvcc")/../include/nccl.h"
+  [[ -f "$nccl_header" ]] || nccl_header=/usr/include/nccl.h
+  if [[ -f "$nccl_header" ]]; then
+    nccl=$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH)[ \t]/ { v[$2] = $3 }
+                END { if (v["NCCL_MAJOR"] != "") printf "%s.%s.%s", v["NCCL_MAJOR"], v["NCCL_MINOR"], v["NCCL_PATCH"] }' \
+               "$nccl_header")
+    nccl+=" ($(realpath -m "$nccl_header"))"
+  fi
+  machine_row "NCCL" "${nccl:-not found}"
+  machine_row "MPI" "${mpi_version:-mpirun not found}"
+  local cpu_model
+  cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1 || true)
+  [[ -n "$cpu_model" ]] || cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  machine_row "CPU" "$cpu_model, $cores cores usable"
+  local archs
+  archs=$(cache_value CMAKE_CUDA_ARCHITECTURES)
+  machine_row "build" "$(command_text "$build_dir"): MGPU_BACKEND=$(cache_value MGPU_BACKEND), CUDA architectures: ${archs:-none (not a cuda build)}"
+}
+
+# The peer-access matrix chapter 02 prints, from the widest of its runs that has one.
+peer_access_matrix() {
+  local name log
+  for name in 02_data_parallel_all_gpus 02_data_parallel_2dev_1gpu 02_data_parallel_1dev; do
+    log="$logs_dir/$name.log"
+    [[ -f "$log" ]] || continue
+    if grep -q '^peer access' "$log"; then
+      echo "From \`gpu_check/$name.log\`:"
+      echo
+      echo '```'
+      awk '/^peer access/ { on = 1; print; next } on && /^( |cuda:|\()/ { print; next } on { exit }' "$log"
+      echo '```'
+      return
+    fi
+  done
+  echo "(no chapter 02 log printed one)"
+}
+
+# --- The report ---------------------------------------------------------------------------
+verdict() {
+  local ran=$(( ${#step_names[@]} - not_run ))
+  if [[ "$failures" -gt 0 ]]; then
+    echo "gpu_check: FAIL ($failures of ${#step_names[@]} steps failed)"
+  elif [[ "$mode" == no-gpu ]]; then
+    echo "gpu_check: NOT A GPU VALIDATION (no GPU: the $ran steps that could run passed, $not_run not run)"
+  else
+    echo "gpu_check: PASS (all $ran steps that ran passed on $gpu_count GPU(s))"
+  fi
+}
+
+write_report() {
+  local i total
+  total=$(seconds_since "$check_started")
+  {
+    echo "# GPU check"
+    echo
+    if [[ "$mode" == no-gpu ]]; then
+      echo "> **This is NOT a GPU validation.** No NVIDIA GPU answered ($gpu_problem). The script ran"
+      echo "> with \`--allow-no-gpu\`: the steps that need a GPU are marked \"not run: no GPU\", the others"
+      echo "> ran on the build's own backend (see the backend column). This report only shows that the"
+      echo "> script's own parts work: its command line, running the programs, reading their result"
+      echo "> lines, writing this report."
+      echo
+    fi
+    if [[ "$quick" == yes ]]; then
+      echo "Mode: **--quick** (training with \`$(command_text "${chapter_options[@]}")\`, test accuracy not judged;"
+      echo "benchmarks up to 1 MiB). Times and accuracies here are not d2l's and are not to be compared with it."
+    else
+      echo "Mode: full (d2l's defaults: 10 epochs, batch 256, lr 0.2, all 60,000 training images; every"
+      echo "training must end above test accuracy $min_test_acc). Benchmarks up to 64 MiB."
+    fi
+    echo
+    echo "Total time: $total s. Every step's full output is in \`gpu_check/<step>.log\` next to this file."
+    echo
+    echo "## Machine"
+    echo
+    echo "| | |"
+    echo "|---|---|"
+    printf '%s\n' "${machine_rows[@]}"
+    if [[ -n "$configure_report" ]]; then
+      echo
+      echo "The build's configure report:"
+      echo
+      echo '```'
+      echo "$configure_report"
+      echo '```'
+    fi
+    echo
+    echo "## Steps"
+    echo
+    echo "| step | what | outcome | exit | seconds | command |"
+    echo "|---|---|---|---|---|---|"
+    for i in "${!step_names[@]}"; do
+      local command=${step_commands[$i]}
+      if [[ -n "$command" ]]; then
+        command="\`$command\`"
+      fi
+      echo "| ${step_names[$i]} | ${step_titles[$i]} | ${step_outcomes[$i]} | ${step_exits[$i]} | ${step_seconds[$i]} | $command |"
+    done
+    echo
+    echo "## Training runs"
+    echo
+    echo "One row per \`result:\` line. Chapter 02 trains on 1 device and then on k; chapter 03 with"
+    echo "chapter 02's allreduce and with the ring; chapter 04 with the ring, ncclSum and ncclAvg."
+    echo "Chapter 01 trains on exactly one device, so it has no multi-device runs."
+    echo
+    echo "| step | run | backend | devices | epochs | test_acc | sec_per_epoch | samples_per_sec | other keys |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    if [[ "${#training_rows[@]}" -gt 0 ]]; then
+      printf '%s\n' "${training_rows[@]}"
+    fi
+    echo
+    echo "## Test suite"
+    echo
+    echo "${test_suite_section:-(not run)}"
+    echo
+    echo "## Peer access"
+    echo
+    peer_access_matrix
+    if [[ -n "$topology" ]]; then
+      echo
+      echo "## Topology (nvidia-smi topo -m)"
+      echo
+      echo '```'
+      echo "$topology"
+      echo '```'
+    fi
+    echo
+    echo "## Benchmarks"
+    echo
+    if [[ "${#benchmark_sections[@]}" -gt 0 ]]; then
+      printf '%s\n\n' "${benchmark_sections[@]}"
+    else
+      echo "(none ran)"
+      echo
+    fi
+    echo "## Verdict"
+    echo
+    verdict
+  } >"$report"
+}
+
+# --- The check ----------------------------------------------------------------------------
+# Ctrl-C (or a TERM) still leaves a report of what ran so far.
+# shellcheck disable=SC2317  # (run by the trap below, which shellcheck does not follow)
+interrupted() {
+  echo >&2
+  if [[ -n "$running_pid" ]]; then
+    kill -TERM "$running_pid" 2>/dev/null || true  # timeout passes it on to the whole run
+    wait "$running_pid" 2>/dev/null || true
+  fi
+  record_step interrupted "the check was interrupted" "" "FAIL: interrupted" "" "0.0"
+  write_report
+  echo "report (incomplete): $(command_text "$report")" >&2
+  exit 130
+}
+
+main() {
+  rm -rf -- "$logs_dir"
+  mkdir -p -- "$logs_dir"
+  if [[ "$mode" == gpu ]]; then
+    echo "$program_name: $gpu_count GPU(s) answer; checking $(command_text "$build_dir"), report in $(command_text "$report")"
+  else
+    echo "$program_name: no GPU answers ($gpu_problem); --allow-no-gpu: running the cpu-side steps on" \
+         "$(command_text "$build_dir"). This is NOT a GPU validation."
+  fi
+  trap interrupted INT TERM
+  collect_machine_facts
+  configure_and_build
+  if [[ "$build_ok" == yes ]]; then
+    run_test_suite
+    run_chapters
+    run_benchmarks
+  fi
+  write_report
+  echo "report: $(command_text "$report")"
+  verdict
+  if [[ "$failures" -gt 0 ]]; then
+    local i
+    for i in "${!step_names[@]}"; do
+      if [[ "${step_outcomes[$i]}" == FAIL* ]]; then
+        echo "  failed: ${step_names[$i]}: ${step_outcomes[$i]#FAIL: }"
+      fi
+    done
+    exit 1
+  fi
+  exit 0
+}
+
+main
