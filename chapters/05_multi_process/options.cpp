@@ -27,115 +27,61 @@ std::string usage() {
   return u;
 }
 
-namespace {
-
-bool is_common_flag_with_value(const std::string& arg) {
-  // Every shared flag takes a value except --help; "--flag=value" carries its own.
-  return arg.rfind("--", 0) == 0 && arg.find('=') == std::string::npos && arg != "--help";
-}
-
-}  // namespace
-
 CommandLine parse_command_line(const std::vector<std::string>& args, int world_size) {
   CommandLine r;
   Config& c = r.config;
+  c.o = mgpu::default_options(kChapter);
   c.collective = default_collective();
   bool fail_rank_given = false, fail_step_given = false, fail_how_given = false, devices_given = false;
 
-  using Setter = std::function<std::string(const std::string& flag, const std::string& value)>;
-  auto non_negative = [](auto& dst, bool& given) -> Setter {
-    return [&dst, &given](const std::string& flag, const std::string& v) -> std::string {
-      const auto n = mgpu::to_integer(v);
-      if (!n || *n < 0) return flag + " needs a non-negative integer, got '" + v + "'";
-      if (*n > 1'000'000'000) return flag + " is too large: " + v;
-      dst = static_cast<std::remove_reference_t<decltype(dst)>>(*n);
-      given = true;
-      return "";
+  // The shared flags (common/cli.h), with --devices noted when given, and this chapter's own:
+  // one table, read by the same parser as every other program's.
+  mgpu::FlagTable flags = mgpu::common_flags(c.o, kChapter);
+  flags["--devices"] = [set = flags["--devices"], &devices_given](const std::string& flag, const std::string& v) {
+    devices_given = true;
+    return set(flag, v);
+  };
+  auto given = [](mgpu::FlagSetter set, bool& was_given) -> mgpu::FlagSetter {
+    return [set, &was_given](const std::string& flag, const std::string& v) {
+      std::string why = set(flag, v);
+      was_given = why.empty();
+      return why;
     };
   };
-  auto file = [](std::string& dst) -> Setter {
-    return [&dst](const std::string& flag, const std::string& v) -> std::string {
-      if (v.empty()) return flag + " needs a file name";
-      dst = v;
-      return "";
-    };
+  flags["--collective"] = [&c](const std::string& flag, const std::string& v) -> std::string {
+    if (v == "mpi") c.collective = Collective::Mpi;
+    else if (v == "nccl") c.collective = Collective::Nccl;
+    else return flag + " must be 'nccl' or 'mpi', got '" + v + "'";
+    c.collective_given = true;
+    return "";
   };
-  bool unused = false;
-  const std::map<std::string, Setter> own = {
-      {"--collective",
-       [&c](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "mpi") c.collective = Collective::Mpi;
-         else if (v == "nccl") c.collective = Collective::Nccl;
-         else return flag + " must be 'nccl' or 'mpi', got '" + v + "'";
-         c.collective_given = true;
-         return "";
-       }},
-      {"--overlap",
-       [&c](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-         c.overlap = v == "on";
-         return "";
-       }},
-      {"--fail-how",
-       [&c, &fail_how_given](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "error" && v != "kill") return flag + " must be 'error' or 'kill', got '" + v + "'";
-         c.fault.how = v == "kill" ? FailHow::Kill : FailHow::Error;
-         fail_how_given = true;
-         return "";
-       }},
-      {"--checkpoint", file(c.checkpoint)},
-      {"--resume", file(c.resume)},
-      {"--profile-steps", non_negative(c.profile_steps, unused)},
-      {"--fail-rank", non_negative(c.fault.rank, fail_rank_given)},
-      {"--fail-at-step",
-       [&c, &fail_step_given, non_negative](const std::string& flag, const std::string& v) -> std::string {
-         c.fault.at_end = v == "end";
-         if (c.fault.at_end) {
-           fail_step_given = true;
-           return "";
-         }
-         if (non_negative(c.fault.step, fail_step_given)(flag, v).empty()) return "";
-         return flag + " needs a step (a non-negative integer up to 1000000000) or 'end', got '" + v + "'";
-       }},
+  flags["--overlap"] = [&c](const std::string& flag, const std::string& v) -> std::string {
+    if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+    c.overlap = v == "on";
+    return "";
+  };
+  flags["--fail-how"] = [&c, &fail_how_given](const std::string& flag, const std::string& v) -> std::string {
+    if (v != "error" && v != "kill") return flag + " must be 'error' or 'kill', got '" + v + "'";
+    c.fault.how = v == "kill" ? FailHow::Kill : FailHow::Error;
+    fail_how_given = true;
+    return "";
+  };
+  flags["--checkpoint"] = mgpu::text_flag(c.checkpoint, "a file name");
+  flags["--resume"] = mgpu::text_flag(c.resume, "a file name");
+  flags["--profile-steps"] = mgpu::integer_flag(c.profile_steps, 0);
+  flags["--fail-rank"] = given(mgpu::integer_flag(c.fault.rank, 0), fail_rank_given);
+  flags["--fail-at-step"] = [&c, &fail_step_given, step = mgpu::integer_flag(c.fault.step, 0)](
+                                const std::string& flag, const std::string& v) -> std::string {
+    c.fault.at_end = v == "end";
+    fail_step_given = c.fault.at_end || step(flag, v).empty();
+    if (fail_step_given) return "";
+    return flag + " needs a step (a non-negative integer up to 1000000000) or 'end', got '" + v + "'";
   };
 
-  // This chapter's flags are taken out here; the rest go to the shared parser.
-  std::vector<std::string> shared;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    const auto eq = flag.find('=');
-    const bool inline_value = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) {  // --overlap=off
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    const auto it = own.find(flag);
-    if (it == own.end()) {
-      devices_given = devices_given || flag == "--devices";
-      shared.push_back(args[i]);
-      if (is_common_flag_with_value(args[i]) && i + 1 < args.size()) shared.push_back(args[++i]);
-      continue;
-    }
-    if (!inline_value) {
-      if (i + 1 >= args.size()) {
-        r.error = flag + " needs a value";
-        return r;
-      }
-      value = args[++i];
-    }
-    if (std::string why = it->second(flag, value); !why.empty()) {
-      r.error = why;
-      return r;
-    }
-  }
-
-  const mgpu::ParseResult common = mgpu::parse_options(shared, kChapter);
-  c.o = common.options;
-  r.help = common.help;
-  if (r.help || !common.error.empty()) {
-    r.error = common.error;
-    return r;
-  }
+  const mgpu::FlagsResult parsed = mgpu::parse_flags(args, flags);
+  r.help = parsed.help;
+  r.error = parsed.help || !parsed.error.empty() ? parsed.error : mgpu::check_options(c.o, kChapter);
+  if (r.help || !r.error.empty()) return r;
 
   const std::string K = std::to_string(world_size);
   if (devices_given && c.o.devices != world_size)
