@@ -151,6 +151,8 @@ std::string usage(const ChapterInfo& c) {
   u += "  --limit-train N   use only the first N training images (default 0: all)\n";
   u += "  --seed N          seed for the initial weights and the shuffling (default 42)\n";
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
+  u += "  --progress P      auto, on or off: the live progress line while an epoch runs (default auto:\n"
+       "                    only on a terminal, never under mpirun or srun, whose logs it would fill)\n";
   if (c.max_devices > 1)
     u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
   u += "  --help, -h        this text\n";
@@ -173,6 +175,14 @@ FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
       {"--lr", positive_real_flag(o.lr)},
       {"--data-dir", text_flag(o.data_dir, "a directory")},
       {"--out", text_flag(o.out, "a directory")},
+      {"--progress",
+       [&o](const std::string& flag, const std::string& v) -> std::string {
+         if (v == "auto") o.progress = Options::Progress::Auto;
+         else if (v == "on") o.progress = Options::Progress::On;
+         else if (v == "off") o.progress = Options::Progress::Off;
+         else return flag + " must be 'auto', 'on' or 'off', got '" + v + "'";
+         return "";
+       }},
       {"--eval",
        [&o, several = chapter.max_devices > 1](const std::string& flag, const std::string& v) -> std::string {
          if (!several) return flag + " is for chapters with several devices";

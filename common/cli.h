@@ -1,6 +1,6 @@
 // The command line every chapter shares:
 //   --epochs N  --batch-size N  --lr X  --devices K  --data-dir DIR  --limit-train N
-//   --seed N  --out DIR  --help
+//   --seed N  --out DIR  --progress auto|on|off  --help
 // Defaults are d2l's (10 epochs, batch 256, lr 0.2). A bad value or an unknown flag
 // prints the reason and the usage, and exits with status 2.
 //
@@ -71,6 +71,9 @@ struct Options {
   std::uint64_t seed = 42;
   std::string out = "results";
   bool eval_all_devices = true;  // --eval all|device0 (chapters with several devices)
+  // --progress: the live line that redraws itself while an epoch runs. Auto: only when stdout
+  // is a real terminal and no MPI launcher started the program (see TrainingLog::progress).
+  enum class Progress { Auto, On, Off } progress = Progress::Auto;
 };
 
 // What a chapter tells the parser about itself.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,19 +42,31 @@ TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& op
   prepare_output_folder(options_.out);
 }
 
+namespace {
+
+// Whether the live progress line is drawn. "auto" draws it only on a real terminal, and never
+// under an MPI launcher: mpirun gives every rank a pseudo-terminal as its stdout even when the
+// run's output goes to a file, and a log would fill with carriage returns and erase codes.
+bool show_progress(Options::Progress p) {
+  if (p != Options::Progress::Auto) return p == Options::Progress::On;
+  static const bool shown = isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
+                            !std::getenv("PMI_RANK") && !std::getenv("PMIX_RANK") && !std::getenv("SLURM_PROCID");
+  return shown;
+}
+
+}  // namespace
+
 void TrainingLog::progress(int epoch, int batch, int batches) const {
-  static const bool terminal = isatty(fileno(stdout));
-  if (!terminal) return;  // logs and pipes get the epoch lines only
+  if (!show_progress(options_.progress)) return;  // logs and pipes get the epoch lines only
   std::printf("\r  epoch %d/%d  batch %d/%d ", epoch, options_.epochs, batch, batches);
   std::fflush(stdout);
 }
 
 void TrainingLog::end_epoch(const EpochRecord& r) {
   records_.push_back(r);
-  static const bool terminal = isatty(fileno(stdout));
-  std::printf("%sepoch %2d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  sec %.2f\n",
-              terminal ? "\r\33[2K" : "", r.epoch, options_.epochs, r.train_loss, r.train_acc, r.test_acc,
-              r.seconds);
+  const char* erase_progress_line = show_progress(options_.progress) ? "\r\33[2K" : "";
+  std::printf("%sepoch %2d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  sec %.2f\n", erase_progress_line, r.epoch,
+              options_.epochs, r.train_loss, r.train_acc, r.test_acc, r.seconds);
   std::fflush(stdout);
   if (!std::isfinite(r.train_loss)) {
     char lr[32];

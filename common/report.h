@@ -34,7 +34,8 @@ class TrainingLog {
   // Checks at once that options.out can be written (prepare_output_folder).
   TrainingLog(std::string chapter, std::string run, const Options& options, int devices, int train_examples);
 
-  void progress(int epoch, int batch, int batches) const;  // rewrites one terminal line
+  // Rewrites one terminal line, where options.progress says to (--progress auto|on|off).
+  void progress(int epoch, int batch, int batches) const;
   // Prints the epoch line. A training loss that is not finite (the run diverged: lower --lr)
   // throws mgpu::Error after the line is printed: nothing after it would mean anything.
   void end_epoch(const EpochRecord& record);

@@ -1,6 +1,6 @@
 # Runs one command (usually mpiexec and a program) and checks how it ended, within a time limit.
 #   cmake -DCMD=<program> -DARGS="<arguments>" -DCODE=<status>|nonzero -DEXPECT=<regex>
-#         [-DSECONDS=<limit>] -P mpi_run.cmake
+#         [-DSECONDS=<limit>] [-DCLEAN_LOG=1] -P mpi_run.cmake
 # EXPECT is matched against stdout and stderr together. The whole output is printed, so that
 # ctest's SKIP_REGULAR_EXPRESSION can see it. A run that does not end within SECONDS (default
 # 60) fails: a fault must stop every process, never leave one waiting.
@@ -38,4 +38,15 @@ elseif(NOT status STREQUAL "${CODE}")
 endif()
 if(NOT "${out}${err}" MATCHES "${EXPECT}")
   message(FATAL_ERROR "`${CMD} ${ARGS}`: the output should match the regex '${EXPECT}'")
+endif()
+# -DCLEAN_LOG=1: the output must hold no carriage return and no escape code (a log, not a screen).
+if(CLEAN_LOG)
+  string(ASCII 13 carriage_return)
+  string(ASCII 27 escape)
+  foreach(code carriage_return escape)
+    string(FIND "${out}${err}" "${${code}}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "`${CMD} ${ARGS}`: the output holds a ${code} (at character ${at}): it is not a clean log")
+    endif()
+  endforeach()
 endif()

@@ -41,6 +41,7 @@ TEST_CASE("no arguments: d2l's defaults") {
   CHECK(r.options.seed == 42u);
   CHECK(r.options.out == "results");
   CHECK(r.options.eval_all_devices);
+  CHECK(r.options.progress == mgpu::Options::Progress::Auto);
   // The device count's default is the chapter's.
   CHECK(mgpu::parse_options({}, kMulti).options.devices == 2);
 }
@@ -70,6 +71,12 @@ TEST_CASE("every flag with a good value, as '--flag value' and as '--flag=value'
   CHECK_FALSE(mgpu::parse_options({"--eval", "device0"}, kMulti).options.eval_all_devices);
   CHECK(mgpu::parse_options({"--eval=all"}, kMulti).options.eval_all_devices);
 
+  using Progress = mgpu::Options::Progress;
+  CHECK(mgpu::parse_options({"--progress", "on"}, kLenet).options.progress == Progress::On);
+  CHECK(mgpu::parse_options({"--progress=off"}, kLenet).options.progress == Progress::Off);
+  CHECK(mgpu::parse_options({"--progress", "auto"}, kLenet).options.progress == Progress::Auto);
+  check_refused({"--progress", "yes"}, kLenet, "--progress must be 'auto', 'on' or 'off', got 'yes'");
+
   // Chapter 01 accepts the one device it has.
   CHECK(mgpu::parse_options({"--devices", "1"}, kLenet).error == "");
 }
@@ -85,7 +92,7 @@ TEST_CASE("the usage names the program and every flag") {
   const std::string u = mgpu::usage(kLenet);
   CHECK(contains(u, "01_lenet"));
   for (const char* flag : {"--epochs", "--batch-size", "--lr", "--devices", "--data-dir", "--limit-train", "--seed",
-                           "--out", "--help"}) {
+                           "--out", "--progress", "--help"}) {
     INFO("flag ", std::string(flag));
     CHECK(contains(u, flag));
   }

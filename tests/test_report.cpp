@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -138,6 +139,49 @@ TEST_CASE("prepare_output_folder makes the folder, and refuses one that cannot b
   CHECK_THROWS_WITH_AS(mgpu::prepare_output_folder("/proc/mgpu_test"), doctest::Contains("--out /proc/mgpu_test"),
                        mgpu::Error);
   fs::remove_all(base.parent_path());
+}
+
+}  // namespace
+
+namespace {
+
+// What `f` prints on stdout (fd 1 sent to a file while it runs).
+template <class F>
+std::string stdout_of(F f) {
+  const fs::path file = fs::temp_directory_path() / ("mgpu_test_stdout_" + std::to_string(getpid()));
+  std::fflush(stdout);
+  const int saved = dup(1);
+  FILE* capture = std::fopen(file.c_str(), "w");
+  dup2(fileno(capture), 1);
+  f();
+  std::fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  std::fclose(capture);
+  const std::string text = read_file(file);
+  fs::remove(file);
+  return text;
+}
+
+TEST_CASE("--progress: on draws the live line and erases it; off (and auto in a log) writes plain lines") {
+  const fs::path out = fresh_folder("progress");
+  mgpu::Options o;
+  o.out = out.string();
+  for (const auto p : {mgpu::Options::Progress::On, mgpu::Options::Progress::Off, mgpu::Options::Progress::Auto}) {
+    o.progress = p;
+    CAPTURE(static_cast<int>(p));
+    mgpu::TrainingLog log("01_lenet", "progress", o, 1, 1000);
+    const std::string text = stdout_of([&] {
+      log.progress(1, 16, 40);
+      log.end_epoch({1, 2.3, 0.1, 0.1, 1.0});
+    });
+    const bool codes = text.find('\r') != std::string::npos || text.find('\33') != std::string::npos;
+    // Under ctest stdout is not a terminal, so auto must behave as off.
+    CHECK(codes == (p == mgpu::Options::Progress::On));
+    CAPTURE(text);
+    CHECK(text.find("epoch  1/10  loss 2.3000") != std::string::npos);
+  }
+  fs::remove_all(out.parent_path());
 }
 
 }  // namespace

@@ -219,8 +219,8 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
     for (const mgpu::EpochRecord& r : start.history) log->end_epoch(r);
   }
 
-  // No live progress line (TrainingLog::progress): mpirun gives every rank a pseudo-terminal
-  // as its stdout, even when mpirun's own output goes to a file, so a rank cannot tell.
+  // Rank 0 alone draws the live progress line, and (--progress auto) never under mpirun or srun:
+  // they give every rank a pseudo-terminal even when the run's output goes to a file.
   for (int epoch = start.epochs_done; epoch < o.epochs; ++epoch) {
     s.metrics.reset();
     allreduce.synchronize(d);
@@ -230,6 +230,7 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
     for (int step = 0; step < sampler.steps(); ++step) {
       inject_fault_if_due(c.fault, w, long(epoch) * sampler.steps() + step);
       train_step(s, sampler, step, allreduce, o.lr, c.overlap);
+      if (log && step % 16 == 0) log->progress(epoch + 1, step, sampler.steps());
     }
     allreduce.synchronize(d);
     // The slowest rank's time: the others waited for it in every allreduce.
