@@ -358,6 +358,11 @@ std::string DeviceSet::mapping() const {
     }
     out << "\n";
   }
+#if !MGPU_CUDA
+  // How the OpenMP threads wait at a barrier (common/openmp_waits.h: passive unless chosen).
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  out << "OpenMP threads wait at barriers: OMP_WAIT_POLICY=" << (policy ? policy : "(the runtime's default)") << "\n";
+#endif
   return out.str();
 }
 
