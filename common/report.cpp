@@ -114,9 +114,7 @@ std::string TrainingLog::result_line() const {
 std::string TrainingLog::csv_path() const { return (fs::path(options_.out) / (run_ + ".csv")).string(); }
 
 void TrainingLog::finish() const {
-  std::error_code ec;
-  fs::create_directories(options_.out, ec);
-  if (ec) throw Error("--out " + options_.out + ": cannot create the directory: " + ec.message());
+  prepare_output_folder(options_.out);  // again: it may have gone while the run trained
   std::ofstream csv(csv_path());
   if (!csv) throw Error(csv_path() + ": cannot be written");
   // in_sec_per_epoch: 0 for the first epoch (one-time set-up included, left out of the mean

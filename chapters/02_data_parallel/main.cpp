@@ -26,9 +26,9 @@ int main(int argc, char** argv) {
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
-    // Refuse now what would otherwise stop the k-device run at its first short batch.
+    // Refuse now, before the 1-device run, what would stop the k-device run (dp::train checks
+    // its own devices only). A bad --out is refused by the first TrainingLog, also before any step.
     dp::check_batches_fit(data.train.count, o.batch_size, o.devices);
-    mgpu::prepare_output_folder(o.out);
 
     std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
     for (int k : std::set<int>{1, o.devices}) {

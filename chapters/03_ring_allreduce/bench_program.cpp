@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/openmp_waits.h"
+#include "common/report.h"
 #include "cost_model.h"
 #include "../01_lenet/lenet.h"
 
@@ -283,9 +284,7 @@ int main_program(int argc, char** argv, const std::string& program, const Algori
       return 2;
     }
     namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(settings.out, ec);
-    if (ec) throw mgpu::Error("--out " + settings.out + ": cannot create the directory: " + ec.message());
+    mgpu::prepare_output_folder(settings.out);  // before minutes of measuring
 
     std::printf("backend %s\n", mgpu::kBackendName);
     const cost::SharedMemory shared = [] {

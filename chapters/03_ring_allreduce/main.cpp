@@ -25,8 +25,6 @@ int main(int argc, char** argv) {
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
-    dp::check_batches_fit(data.train.count, o.batch_size, o.devices);  // now, not at the first short batch
-    mgpu::prepare_output_folder(o.out);
 
     // The three ways to sum one step's gradients, each made for these devices.
     std::vector<ring::NamedAllreduce> ways;

@@ -32,8 +32,6 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
   const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
   std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
               data.test.count);
-  dp::check_batches_fit(data.train.count, o.batch_size, k);  // now, not at the first short batch
-  mgpu::prepare_output_folder(o.out);
 
   std::vector<ring::NamedAllreduce> ways;
   ways.push_back({"chapter 03 ring", "ring", std::make_unique<ring::RingAllreduce>(devices)});

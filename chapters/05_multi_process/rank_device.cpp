@@ -60,16 +60,9 @@ std::string RankDevice::describe() const {
 
 #else
 
-namespace {
-
-int set_cpu_threads(const World& w) {
+RankDevice::RankDevice(const World& w) : devices_(1) {
   omp_set_num_threads(cpu_threads_for(w));  // before the first parallel region: lanes follow it
-  return 1;
 }
-
-}  // namespace
-
-RankDevice::RankDevice(const World& w) : devices_(set_cpu_threads(w)) {}
 
 RankDevice::~RankDevice() = default;
 
