@@ -87,7 +87,8 @@ else()
   target_include_directories(mgpu_backend SYSTEM INTERFACE ${MGPU_THRUST_INCLUDE} ${MGPU_CBLAS_INCLUDE})
   target_compile_definitions(mgpu_backend INTERFACE MGPU_CUDA=0
                              THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP)
-  target_link_libraries(mgpu_backend INTERFACE OpenMP::OpenMP_CXX ${MGPU_OPENBLAS})
+  find_package(Threads REQUIRED)  # each cpu device's stream has a worker thread
+  target_link_libraries(mgpu_backend INTERFACE OpenMP::OpenMP_CXX ${MGPU_OPENBLAS} Threads::Threads)
   if(MGPU_NATIVE)
     target_compile_options(mgpu_backend INTERFACE -march=native)
   endif()

@@ -5,12 +5,21 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
+
+#if !MGPU_CUDA
+#include <omp.h>
+
+#include <condition_variable>
+
+#include "cpu_stream.h"
+#endif
 
 namespace mgpu {
 
@@ -39,15 +48,42 @@ std::map<std::uintptr_t, Allocation>& allocations() {
   static auto* map = new std::map<std::uintptr_t, Allocation>;
   return *map;
 }
+// Allocations freed since their addresses were last handed out again: how a copy from a freed
+// buffer is named as such rather than as "not any device's memory". Bounded: forgotten beyond.
+std::map<std::uintptr_t, Allocation>& freed() {
+  static auto* map = new std::map<std::uintptr_t, Allocation>;
+  return *map;
+}
+constexpr std::size_t kFreedRemembered = 4096;
+
+// The allocation of `map` that holds `address`, or map.end().
+std::map<std::uintptr_t, Allocation>::const_iterator holding(const std::map<std::uintptr_t, Allocation>& map,
+                                                             std::uintptr_t address) {
+  auto it = map.upper_bound(address);  // the first allocation starting after address
+  if (it == map.begin()) return map.end();
+  --it;
+  return address < it->first + it->second.bytes ? it : map.end();
+}
 
 void remember_allocation(const Device& d, void* p, std::size_t bytes) {
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
   const std::lock_guard<std::mutex> lock(allocations_mutex);
-  allocations()[reinterpret_cast<std::uintptr_t>(p)] = Allocation{bytes, d};
+  allocations()[start] = Allocation{bytes, d};
+  // The new allocation's addresses are live again: forget the freed ones it overlaps.
+  auto& gone = freed();
+  auto it = gone.lower_bound(start);
+  if (it != gone.begin() && std::prev(it)->first + std::prev(it)->second.bytes > start) --it;
+  while (it != gone.end() && it->first < start + bytes) it = gone.erase(it);
 }
 
 void forget_allocation(void* p) noexcept {
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
   const std::lock_guard<std::mutex> lock(allocations_mutex);
-  allocations().erase(reinterpret_cast<std::uintptr_t>(p));
+  auto it = allocations().find(start);
+  if (it == allocations().end()) return;
+  if (freed().size() >= kFreedRemembered) freed().clear();
+  freed()[start] = it->second;
+  allocations().erase(it);
 }
 
 }  // namespace
@@ -56,12 +92,17 @@ void check_owned(const Device& d, const void* p, std::size_t bytes, const char* 
   if (bytes == 0) return;
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   const std::lock_guard<std::mutex> lock(allocations_mutex);
-  auto it = allocations().upper_bound(address);  // the first allocation starting after p
-  const bool inside = it != allocations().begin() && address < std::prev(it)->first + std::prev(it)->second.bytes;
-  if (!inside)
+  const auto it = holding(allocations(), address);
+  if (it == allocations().end()) {
+    const auto was = holding(freed(), address);
+    if (was != freed().end())
+      throw Error(std::string(call) + ": " + describe(d) + " was given memory of a " +
+                  std::to_string(was->second.bytes) + "-byte buffer of " + describe(was->second.owner) +
+                  " that has been freed");
     throw Error(std::string(call) + ": " + describe(d) + " was given " + std::to_string(bytes) +
                 " bytes that are not in any device's memory");
-  const auto& [start, a] = *std::prev(it);
+  }
+  const auto& [start, a] = *it;
   if (a.owner.id != d.id)
     throw Error(std::string(call) + ": " + describe(d) + " touches memory of " + describe(a.owner) +
                 "; work on a device may use only that device's memory (move data with copy_peer)");
@@ -71,7 +112,7 @@ void check_owned(const Device& d, const void* p, std::size_t bytes, const char* 
                 "-byte buffer of " + describe(d));
 }
 
-DeviceSet::DeviceSet(int k) : DeviceSet(k, std::vector<int>{}) {}
+DeviceSet::DeviceSet(int k) : DeviceSet(k, std::vector<int>{}, 0) {}
 
 void Event::check_recorded(const char* call) const {
   if (!recorded_) throw Error(std::string("Event::") + call + " before Event::record");
@@ -82,10 +123,7 @@ void Event::record(const Device& d) {
     throw Error("Event::record: an event of " + describe(owner_) + " was recorded on " + describe(d) +
                 "; an event marks only its own device's work (CUDA refuses an event and a stream of "
                 "different GPUs)");
-#if MGPU_CUDA
-  activate(d);
-  MGPU_CHECK_CUDA(cudaEventRecord(event_, d.stream));
-#endif
+  queue_mark(d);
   recorded_ = true;
 }
 
@@ -101,7 +139,7 @@ int gpu_count() {
   return n;
 }
 
-DeviceSet::DeviceSet(int k, const std::vector<int>& wanted) {
+DeviceSet::DeviceSet(int k, const std::vector<int>& wanted, int) {
   if (k < 1) throw Error("DeviceSet: need at least one device, got " + std::to_string(k));
   const int gpus = gpu_count();
   if (gpus == 0) throw Error("this is a cuda build but no GPU answers (cudaGetDeviceCount = 0); "
@@ -206,10 +244,65 @@ void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void
   MGPU_CHECK_CUDA(cudaMemcpyPeerAsync(dst, to.gpu, src, from.gpu, bytes, to.stream));
 }
 
+void copy_bytes_to_host_async(const Device& d, void* host_dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  check_owned(d, src, bytes, "copy_bytes_to_host_async");
+  activate(d);
+  MGPU_CHECK_CUDA(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, d.stream));
+}
+
+void* host_allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  MGPU_CHECK_CUDA(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void host_free(void* p) noexcept {
+  if (p) cudaFreeHost(p);  // waits for the copies that may still write it
+}
+
+int lanes_per_device(const Device&) { return 1; }
+
+SideStream::SideStream(const Device& d) : device_(d) {
+  activate(d);
+  MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&device_.stream, cudaStreamNonBlocking));
+  MGPU_CHECK_CUBLAS(cublasCreate(&device_.blas));
+  MGPU_CHECK_CUBLAS(cublasSetStream(device_.blas, device_.stream));
+}
+
+SideStream::~SideStream() {  // no throwing here
+  cudaSetDevice(device_.gpu);
+  cudaStreamSynchronize(device_.stream);
+  cublasDestroy(device_.blas);
+  cudaStreamDestroy(device_.stream);
+}
+
+void Timestamp::record(const Device& d) {
+  device_ = d;
+  seconds_ = std::make_shared<double>(-1.0);
+  // The host function gets its own reference to the slot: this Timestamp may be gone by then.
+  auto* slot = new std::shared_ptr<double>(seconds_);
+  activate(d);
+  MGPU_CHECK_CUDA(cudaLaunchHostFunc(
+      d.stream,
+      [](void* p) {
+        auto* s = static_cast<std::shared_ptr<double>*>(p);
+        **s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+        delete s;
+      },
+      slot));
+}
+
 Event::Event(const Device& owner) : owner_(owner) {
   if (owner.id < 0) throw Error("Event: " + describe(owner) + " was not made by a DeviceSet");
   activate(owner);  // a CUDA event belongs to the GPU that is current when it is created
   MGPU_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+}
+
+void Event::queue_mark(const Device& d) {
+  activate(d);
+  MGPU_CHECK_CUDA(cudaEventRecord(event_, d.stream));
 }
 
 Event::~Event() {
@@ -272,27 +365,42 @@ std::string enable_peer_access(const DeviceSet& devices) {
   return out.str();
 }
 
-#else  // cpu backend: a device is a replica in host memory
+#else  // cpu backend: a device is host memory and a stream (common/cpu_stream.h)
 
 int gpu_count() { return 0; }
 
-DeviceSet::DeviceSet(int k, const std::vector<int>&) {
+DeviceSet::DeviceSet(int k, const std::vector<int>&, int cpu_threads) {
   if (k < 1) throw Error("DeviceSet: need at least one device, got " + std::to_string(k));
-  for (int i = 0; i < k; ++i) devices_.push_back(Device{i, -1, next_device_id()});
+  // The cores are divided among the devices, as evenly as they go; every device gets at least one.
+  const int cores = cpu_threads > 0 ? cpu_threads : omp_get_max_threads();
+  for (int i = 0; i < k; ++i) {
+    const int share = std::max(1, cores / k + (i < cores % k ? 1 : 0));
+    Device d{i, -1, next_device_id()};
+    streams_.push_back(std::make_unique<cpu::Stream>(share, static_cast<std::uint64_t>(d.id)));
+    d.stream = streams_.back().get();
+    devices_.push_back(d);
+  }
 }
 
-DeviceSet::~DeviceSet() = default;
+DeviceSet::~DeviceSet() {
+  for (const auto& s : streams_) s->wait_quietly();  // then each stream stops its worker
+}
+
+namespace {
+cpu::Stream& stream_of(const Device& d) {
+  if (!d.stream) throw Error(describe(d) + " was not made by a DeviceSet: it has no stream");
+  return *d.stream;
+}
+}  // namespace
 
 void activate(const Device&) {}
-void synchronize(const Device&) {}  // cpu work is finished when the call returns
-bool idle(const Device&) { return true; }
+void synchronize(const Device& d) { stream_of(d).wait(); }
+bool idle(const Device& d) { return stream_of(d).idle(); }
+int lanes_per_device(const Device& d) { return stream_of(d).threads(); }
 
 void* device_allocate(const Device& d, std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  // 64-byte alignment: one cache line, and what AVX-512 loads like best.
-  const std::size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  void* p = host_allocate(bytes);
   remember_allocation(d, p, bytes);
   return p;
 }
@@ -300,58 +408,158 @@ void* device_allocate(const Device& d, std::size_t bytes) {
 void device_free(const Device&, void* p) noexcept {
   if (!p) return;
   forget_allocation(p);
+  // A copy or kernel queued on any device may still read it (cudaFree waits for the GPU too).
+  cpu::wait_for_all_streams();
   std::free(p);
 }
 
+void* host_allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  // 64-byte alignment: one cache line, and what AVX-512 loads like best.
+  const std::size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void host_free(void* p) noexcept {
+  if (!p) return;
+  cpu::wait_for_all_streams();  // an asynchronous copy may still write it
+  std::free(p);
+}
+
+// Uploads and downloads are queued like everything else, and the host then waits for them:
+// the host memory may be reused (or read) as soon as the call returns.
 void copy_bytes_to_device(const Device& d, void* dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return;
   check_owned(d, dst, bytes, "copy_bytes_to_device");
-  std::memcpy(dst, host_src, bytes);
+  stream_of(d).submit([=] { std::memcpy(dst, host_src, bytes); });
+  stream_of(d).wait();
 }
 
 void copy_bytes_to_host(const Device& d, void* host_dst, const void* src, std::size_t bytes) {
+  copy_bytes_to_host_async(d, host_dst, src, bytes);
+  if (bytes > 0) stream_of(d).wait();
+}
+
+void copy_bytes_to_host_async(const Device& d, void* host_dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check_owned(d, src, bytes, "copy_bytes_to_host");
-  std::memcpy(host_dst, src, bytes);
+  stream_of(d).submit([=] { std::memcpy(host_dst, src, bytes); });
 }
 
 void zero_bytes(const Device& d, void* p, std::size_t bytes) {
   if (bytes == 0) return;
   check_owned(d, p, bytes, "zero_bytes");
-  std::memset(p, 0, bytes);
+  stream_of(d).submit([=] { std::memset(p, 0, bytes); });
 }
 
 void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check_owned(to, dst, bytes, "copy_peer (destination)");
   check_owned(from, src, bytes, "copy_peer (source)");
-  std::memcpy(dst, src, bytes);
+  // Queued on the destination: it reads the source when `to` gets there, whatever `from` is
+  // doing then. Only an event that `to` waits for makes that "after from's work".
+  stream_of(to).submit([=] { std::memcpy(dst, src, bytes); });
 }
 
-Event::Event(const Device& owner) : owner_(owner) {
+SideStream::SideStream(const Device& d)
+    : device_(d), stream_(std::make_unique<cpu::Stream>(1, static_cast<std::uint64_t>(d.id) + 0x5eed)) {
+  device_.stream = stream_.get();
+}
+
+SideStream::~SideStream() { stream_->wait_quietly(); }
+
+void Timestamp::record(const Device& d) {
+  device_ = d;
+  seconds_ = std::make_shared<double>(-1.0);
+  stream_of(d).submit_marker([slot = seconds_] {
+    *slot = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  });
+}
+
+// An event's marks: record() queues mark number `recorded` on its device; the worker sets
+// `passed` to it when it gets there. make_wait() captures the number recorded so far, as
+// cudaStreamWaitEvent waits for the most recent record at the time of the call.
+struct Event::Marks {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::uint64_t recorded = 0;  // host side: marks queued
+  std::uint64_t passed = 0;    // device side: marks reached
+  void wait_for(std::uint64_t mark) {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return passed >= mark; });
+  }
+};
+
+Event::Event(const Device& owner) : owner_(owner), marks_(std::make_shared<Marks>()) {
   if (owner.id < 0) throw Error("Event: " + describe(owner) + " was not made by a DeviceSet");
 }
-Event::~Event() = default;
-void Event::make_wait(const Device&) { check_recorded("make_wait"); }
+
+Event::~Event() = default;  // queued marks and waits keep marks_ alive
+
+void Event::queue_mark(const Device& d) {
+  std::uint64_t mark;
+  {
+    const std::lock_guard<std::mutex> lock(marks_->mutex);
+    mark = ++marks_->recorded;
+  }
+  stream_of(d).submit_marker([marks = marks_, mark] {
+    {
+      const std::lock_guard<std::mutex> lock(marks->mutex);
+      marks->passed = std::max(marks->passed, mark);
+    }
+    marks->changed.notify_all();
+  });
+}
+
+void Event::make_wait(const Device& d) {
+  check_recorded("make_wait");
+  std::uint64_t mark;
+  {
+    const std::lock_guard<std::mutex> lock(marks_->mutex);
+    mark = marks_->recorded;
+  }
+  stream_of(d).submit_marker([marks = marks_, mark] { marks->wait_for(mark); });
+}
+
 bool Event::done() const {
   check_recorded("done");
-  return true;
+  const std::lock_guard<std::mutex> lock(marks_->mutex);
+  return marks_->passed >= marks_->recorded;
 }
-void Event::synchronize() const { check_recorded("synchronize"); }
+
+void Event::synchronize() const {
+  check_recorded("synchronize");
+  std::uint64_t mark;
+  {
+    const std::lock_guard<std::mutex> lock(marks_->mutex);
+    mark = marks_->recorded;
+  }
+  marks_->wait_for(mark);
+}
 
 std::string enable_peer_access(const DeviceSet& devices) {
   return "peer access: the " + std::to_string(devices.size()) +
-         " devices are replicas in host memory; a peer copy is a memcpy\n";
+         " devices share the host's memory; a peer copy is a memcpy queued on the destination device\n";
 }
 
 #endif
+
+// Both builds: the stream has passed the mark once the device has done what came before it.
+double Timestamp::seconds() const {
+  if (!seconds_) throw Error("Timestamp::seconds before Timestamp::record");
+  synchronize(device_);
+  return *seconds_;
+}
 
 std::string DeviceSet::mapping() const {
   std::ostringstream out;
   for (const Device& d : devices_) {
     out << "device " << d.index << " -> " << d.name();
     if (d.gpu < 0) {
-      out << " (a replica in host memory)";
+      const int threads = lanes_per_device(d);
+      out << " (host memory, a stream and " << threads << " thread" << (threads > 1 ? "s" : "") << " of its own)";
     } else {
       // Round-robin: the first device placed on this GPU is the one with index == gpu.
       if (d.index != d.gpu) out << " (shared with device " << d.gpu << ")";
@@ -362,6 +570,8 @@ std::string DeviceSet::mapping() const {
   // How the OpenMP threads wait at a barrier (common/openmp_waits.h: passive unless chosen).
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   out << "OpenMP threads wait at barriers: OMP_WAIT_POLICY=" << (policy ? policy : "(the runtime's default)") << "\n";
+  if (const auto seed = cpu::chaos_seed())
+    out << "chaos mode (MGPU_CHAOS=" << *seed << "): every queued operation starts after a random delay\n";
 #endif
   return out.str();
 }

@@ -2,8 +2,11 @@
 //
 // A program asks for k logical devices. In the cuda build each is placed on a GPU,
 // round-robin (logical i -> GPU i % gpu_count()), with its own stream and cuBLAS handle,
-// so a machine with one GPU still runs 2- and 4-device code. In the cpu build a device
-// is a replica in host memory and its work runs on the OpenMP threads.
+// so a machine with one GPU still runs 2- and 4-device code. In the cpu build a device is
+// memory on the host and a stream of its own: a worker thread that runs the device's queued
+// work in order, on the device's share of the cores (common/cpu_stream.h). Either way, a
+// kernel or a copy is queued and the call returns at once; the host waits only in
+// synchronize(), in downloads and uploads, and in Event::synchronize().
 //
 // Buffer<T> is an array of T on one device. Sizes are element counts everywhere; the
 // only place that turns them into bytes is inside this file's functions.
@@ -13,9 +16,14 @@
 //   - an Event belongs to one device and may be recorded only on that device's streams;
 //   - a kernel or copy on device d touches only memory allocated on d (a peer copy reads its
 //     source device's memory: that is what it is for). Memory moves between devices by
-//     copy_peer, never by a kernel reading another device's buffer.
+//     copy_peer, never by a kernel reading another device's buffer. (This repository never
+//     lets one GPU's kernels read another's memory, even where peer access would allow it.)
+//   - memory is used only while it is allocated: a copy from a freed buffer is refused, naming it.
+// The checks cost one lookup in a table of allocations per copy, memset and GEMM (not per
+// element): too little to measure, so they are always on.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +32,12 @@
 
 namespace mgpu {
 
+#if !MGPU_CUDA
+namespace cpu {
+class Stream;  // common/cpu_stream.h
+}
+#endif
+
 struct Device {
   int index = 0;  // logical device, 0..k-1
   int gpu = -1;   // physical GPU ordinal (cuda build); -1 in the cpu build
@@ -31,6 +45,8 @@ struct Device {
 #if MGPU_CUDA
   cudaStream_t stream = nullptr;  // all of this device's work is queued here
   cublasHandle_t blas = nullptr;  // bound to `stream`
+#else
+  cpu::Stream* stream = nullptr;  // all of this device's work is queued here
 #endif
   std::string name() const;  // "cuda:0" or "cpu"
 };
@@ -44,8 +60,10 @@ class DeviceSet {
   // Logical device i on GPU i % gpu_count() (cuda build).
   explicit DeviceSet(int k);
   // Logical device i on GPU gpus[i % gpus.size()] (cuda build; chapter 05 gives each process
-  // the one GPU its local rank picks). The cpu build ignores `gpus`.
-  DeviceSet(int k, const std::vector<int>& gpus);
+  // the one GPU its local rank picks). The cpu build ignores `gpus` and divides `cpu_threads`
+  // cores among the k devices (0: all this process may use, omp_get_max_threads()); with more
+  // devices than cores, each device gets one thread and they take turns, as GPUs shared do.
+  DeviceSet(int k, const std::vector<int>& gpus, int cpu_threads = 0);
   ~DeviceSet();
   DeviceSet(const DeviceSet&) = delete;
   DeviceSet& operator=(const DeviceSet&) = delete;
@@ -58,12 +76,39 @@ class DeviceSet {
 
  private:
   std::vector<Device> devices_;
+#if !MGPU_CUDA
+  std::vector<std::unique_ptr<cpu::Stream>> streams_;  // devices_[i].stream
+#endif
 };
 
 void activate(const Device& d);     // make d current for the calls that follow (cudaSetDevice)
 void synchronize(const Device& d);  // wait for all work queued on d
 // Whether d has finished all work queued on it so far, without waiting (cudaStreamQuery).
 bool idle(const Device& d);
+// How many lanes of work device d runs at once: one per core of its share on a CPU, where each
+// core works through its own chunks of a batch (see lenet::Lanes); one on a GPU, whose
+// parallelism is inside each kernel.
+int lanes_per_device(const Device& d);
+
+// A second stream on a device (CUDA: another stream on the same GPU), for work that should not
+// queue behind the device's main stream: chapter 05 copies gradients to the host on one while
+// backward goes on. device() is the same device (same id, same memory, its events may be
+// recorded there) with this stream. (cpu: a worker of its own with one thread, as a GPU's copy
+// engine works beside its cores.) The destructor waits for the stream's work.
+class SideStream {
+ public:
+  explicit SideStream(const Device& d);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  const Device& device() const { return device_; }
+
+ private:
+  Device device_;
+#if !MGPU_CUDA
+  std::unique_ptr<cpu::Stream> stream_;
+#endif
+};
 
 // Throws, naming `call`, unless [p, p + bytes) lies inside one allocation made on d. Every
 // copy below checks its pointers; kernels that take pointers check them too (add_into, gemm).
@@ -74,6 +119,9 @@ void* device_allocate(const Device& d, std::size_t bytes);
 void device_free(const Device& d, void* p) noexcept;
 void copy_bytes_to_device(const Device& d, void* dst, const void* host_src, std::size_t bytes);
 void copy_bytes_to_host(const Device& d, void* host_dst, const void* src, std::size_t bytes);
+// The same, queued: returns at once, and host_dst may be read only after an event recorded on d
+// after this call is done (cuda: host_dst must be a HostBuffer, or the copy is not asynchronous).
+void copy_bytes_to_host_async(const Device& d, void* host_dst, const void* src, std::size_t bytes);
 void zero_bytes(const Device& d, void* p, std::size_t bytes);
 // Queued on dst's stream: copies `bytes` from src (on device `from`) to dst (on device `to`).
 // cuda: cudaMemcpyPeerAsync, direct over NVLink/PCIe where peer access is enabled, staged
@@ -90,7 +138,8 @@ struct Elements {
 // are ordered with each other without the host waiting for any of them. An event belongs to
 // the device it was made for (CUDA creates it on that GPU) and can mark only that device's
 // work: record() on any other device is refused, in both builds. Any device may wait for it.
-// (cpu: work is done when the call returns, so there is nothing to wait for.)
+// (cpu: record queues a mark on the device's stream; make_wait queues, on the waiting device's
+// stream, an operation that blocks that device's worker until the mark has been passed.)
 class Event {
  public:
   explicit Event(const Device& owner);
@@ -105,16 +154,54 @@ class Event {
   void synchronize() const;         // the host waits for the marked work
  private:
   void check_recorded(const char* call) const;
+  void queue_mark(const Device& d);  // the backend's half of record()
   Device owner_;
   bool recorded_ = false;
 #if MGPU_CUDA
   cudaEvent_t event_ = nullptr;
+#else
+  struct Marks;                   // how many records were queued, how many passed
+  std::shared_ptr<Marks> marks_;  // shared with the queued operations, which may outlive the event
 #endif
+};
+
+// When a device's stream reached a point of its queue, on the host's steady clock, so that the
+// times of different devices can be compared and drawn on one timeline (chapter 02's profile).
+// cpu: the worker reads the clock as it passes the mark; cuda: a host function queued on the
+// stream (cudaLaunchHostFunc) does, so only profiling code should use it.
+class Timestamp {
+ public:
+  void record(const Device& d);
+  double seconds() const;  // waits for the mark; seconds on std::chrono::steady_clock
+ private:
+  Device device_{};
+  std::shared_ptr<double> seconds_;  // written by the stream, when it passes the mark
 };
 
 // Asks every pair of physical GPUs whether one can read the other's memory directly, enables
 // peer access both ways wherever it is allowed, and returns the matrix as text to print.
 std::string enable_peer_access(const DeviceSet& devices);
+
+// Host memory that a device copies to and from asynchronously (cuda: page-locked with
+// cudaMallocHost; cpu: ordinary aligned memory). Not a device's memory: kernels cannot use it.
+void* host_allocate(std::size_t bytes);
+void host_free(void* p) noexcept;
+
+template <class T>
+class HostBuffer {
+ public:
+  explicit HostBuffer(std::size_t count)
+      : count_(count), data_(static_cast<T*>(host_allocate(count * sizeof(T)))) {}
+  ~HostBuffer() { host_free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  T* data() { return data_; }
+  std::size_t size() const { return count_; }
+
+ private:
+  std::size_t count_;
+  T* data_;
+};
 
 template <class T>
 class Buffer {

@@ -4,6 +4,11 @@
 
 #if !MGPU_CUDA
 #include <cblas.h>
+#include <omp.h>
+
+#include <mutex>
+
+#include "cpu_stream.h"
 #endif
 
 namespace mgpu {
@@ -34,9 +39,17 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   activate(d);
   MGPU_CHECK_CUBLAS(cublasSgemm(d.blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 #else
-  cblas_sgemm(CblasRowMajor, ta == Transpose::No ? CblasNoTrans : CblasTrans,
-              tb == Transpose::No ? CblasNoTrans : CblasTrans, M, N, K, alpha, A, lda, B, ldb,
-              beta, C, ldc);
+  const CBLAS_TRANSPOSE opA = ta == Transpose::No ? CblasNoTrans : CblasTrans;
+  const CBLAS_TRANSPOSE opB = tb == Transpose::No ? CblasNoTrans : CblasTrans;
+  d.stream->submit([=] {
+    // Inside a lane OpenBLAS runs on the lane's thread alone (it sees the parallel region).
+    // Outside, it forks its own OpenMP threads; Debian's OpenBLAS keeps one set of buffers for
+    // that, so two devices' workers must not do it at the same time.
+    static std::mutex one_multithreaded_call_at_a_time;
+    std::unique_lock<std::mutex> lock(one_multithreaded_call_at_a_time, std::defer_lock);
+    if (!omp_in_parallel() && omp_get_max_threads() > 1) lock.lock();
+    cblas_sgemm(CblasRowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
 #endif
 }
 

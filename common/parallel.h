@@ -1,75 +1,59 @@
-// Where a device's Thrust algorithms run. Include this only from .cu files: they are
-// compiled by nvcc in the cuda build and by the host compiler in the cpu build.
+// How a kernel is queued on a device. Include this only from .cu files: they are compiled by
+// nvcc in the cuda build and by the host compiler in the cpu build.
 //
-//   cuda: the device's stream, without the synchronization Thrust would otherwise add
-//         after each algorithm (we synchronize when we need a result, not before)
-//   cpu:  OpenMP threads over host memory
+//   cuda: a Thrust algorithm on the device's stream, without the synchronization Thrust
+//         would otherwise add after each algorithm (we synchronize when we need a result)
+//   cpu:  the same algorithm, queued on the device's stream (common/cpu_stream.h), run by the
+//         device's worker on OpenMP threads over host memory
 #pragma once
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
 #include <cstdint>
-#include <exception>
-#include <vector>
 
 #include "device.h"
 #if MGPU_CUDA
 #include <thrust/system/cuda/execution_policy.h>
 #else
-#include <omp.h>
 #include <thrust/system/omp/execution_policy.h>
+
+#include "cpu_stream.h"
 #endif
 
 namespace mgpu {
 
-inline auto policy(const Device& d) {
-  activate(d);
-#if MGPU_CUDA
-  return thrust::cuda::par_nosync.on(d.stream);
-#else
-  (void)d;
-  return thrust::omp::par;
-#endif
-}
-
-// Calls f(i) for i = 0..n-1 on device d: the loop every kernel in this repository is.
+// Calls f(i) for i = 0..n-1 on device d: the loop every kernel in this repository is. Queued
+// on d's stream; the call returns at once. f is copied, as CUDA copies a kernel's arguments:
+// it holds pointers to d's memory and sizes, never references to the caller's variables.
 template <class F>
 void for_each_index(const Device& d, std::int64_t n, F f) {
   if (n <= 0) return;
-  thrust::for_each_n(policy(d), thrust::counting_iterator<std::int64_t>(0), n, f);
-}
-
-// How many independent lanes of work one device runs at once: one per core on a CPU, where
-// each core works through its own chunks of a batch (see lenet::Lanes); one on a GPU, whose
-// parallelism is inside each kernel.
-inline int lanes_per_device() {
 #if MGPU_CUDA
-  return 1;
-#else
-  return omp_get_max_threads();
+  activate(d);
+  thrust::for_each_n(thrust::cuda::par_nosync.on(d.stream), thrust::counting_iterator<std::int64_t>(0), n, f);
+#else  // OpenMP threads: the device's share of cores, or one lane's thread (for_each_lane)
+  d.stream->submit([n, f] { thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f); });
 #endif
 }
 
-// Calls f(lane) for lane = 0..lanes-1, on one OpenMP thread each in the cpu build. Inside a
-// lane, Thrust's OpenMP loops and OpenBLAS see that they are already in a parallel region and
-// run on that lane's thread alone. An exception thrown in a lane is re-thrown here, after
-// all lanes have finished (it must not escape an OpenMP region).
+// Calls f(lane) for lane = 0..lanes-1 (at most lanes_per_device(d)), to queue each lane's work
+// on d; the lanes then run at once. A GPU has one lane. In the cpu build each lane runs on one
+// OpenMP thread of d's worker, where Thrust's OpenMP loops and OpenBLAS see that they are
+// already in a parallel region and run on that lane's thread alone. f runs on the host and may
+// only queue kernels and copies on d (no events, no downloads: cpu_stream.h's run_lanes).
+// An exception thrown while a lane runs is reported by d's next synchronize.
 template <class F>
-void for_each_lane(int lanes, F f) {
-  std::vector<std::exception_ptr> errors(lanes);
-#if !MGPU_CUDA
-#pragma omp parallel for schedule(static, 1) num_threads(lanes)
-#endif
-  for (int lane = 0; lane < lanes; ++lane) {
-    try {
-      f(lane);
-    } catch (...) {
-      errors[lane] = std::current_exception();
-    }
+void for_each_lane(const Device& d, int lanes, F f) {
+  if (lanes == 1) {  // the work goes straight into d's queue
+    f(0);
+    return;
   }
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+#if MGPU_CUDA
+  for (int lane = 0; lane < lanes; ++lane) f(lane);  // one stream: the lanes' kernels queue in turn
+#else
+  cpu::run_lanes(*d.stream, lanes, f);
+#endif
 }
 
 }  // namespace mgpu

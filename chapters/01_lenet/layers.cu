@@ -4,10 +4,7 @@
 // few per element (they are slow on a CPU).
 #include "layers.h"
 
-#include <thrust/fill.h>
 #include <cmath>
-#include <thrust/functional.h>
-#include <thrust/transform.h>
 
 #include "common/gemm.h"
 #include "common/parallel.h"
@@ -142,15 +139,31 @@ struct SoftmaxCrossEntropy {
   }
 };
 
-struct Relu {
-  MGPU_HD float operator()(float z) const { return z > 0 ? z : 0.0f; }
+// Items of the element-wise kernels below: one element i each.
+struct Relu {  // z = max(z, 0), in place
+  float* z;
+  MGPU_HD void operator()(i64 i) const { z[i] = z[i] > 0 ? z[i] : 0.0f; }
 };
-struct ReluGrad {  // (h, dh) -> dh if the unit was active
-  MGPU_HD float operator()(float h, float dh) const { return h > 0 ? dh : 0.0f; }
+struct ReluGrad {  // dh passes where the unit was active (h > 0)
+  const float* h;
+  float* dh;
+  MGPU_HD void operator()(i64 i) const { dh[i] = h[i] > 0 ? dh[i] : 0.0f; }
 };
-struct SgdStep {  // (p, g) -> p - scale * g
+struct SgdStep {  // p -= scale * g
+  float* p;
+  const float* g;
   float scale;
-  MGPU_HD float operator()(float p, float g) const { return p - scale * g; }
+  MGPU_HD void operator()(i64 i) const { p[i] -= scale * g[i]; }
+};
+struct Fill {
+  float* p;
+  float value;
+  MGPU_HD void operator()(i64 i) const { p[i] = value; }
+};
+struct AddInto {  // dst += src
+  float* dst;
+  const float* src;
+  MGPU_HD void operator()(i64 i) const { dst[i] += src[i]; }
 };
 
 }  // namespace
@@ -190,11 +203,9 @@ void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float
   col2im(d, dcol, s, k, dx);
 }
 
-void relu_forward(const Device& d, float* z, i64 n) { thrust::transform(mgpu::policy(d), z, z + n, z, Relu{}); }
+void relu_forward(const Device& d, float* z, i64 n) { for_each_index(d, n, Relu{z}); }
 
-void relu_backward(const Device& d, const float* h, float* dh, i64 n) {
-  thrust::transform(mgpu::policy(d), h, h + n, dh, dh, ReluGrad{});
-}
+void relu_backward(const Device& d, const float* h, float* dh, i64 n) { for_each_index(d, n, ReluGrad{h, dh}); }
 
 void avgpool2_forward(const Device& d, const float* x, ImageShape s, float* y) {
   const int Ho = s.height / 2, Wo = s.width / 2;
@@ -239,10 +250,10 @@ void softmax_cross_entropy(const Device& d, const float* logits, const std::int3
 }
 
 void sgd_update(const Device& d, float* p, const float* g, i64 n, float scale) {
-  thrust::transform(mgpu::policy(d), p, p + n, g, p, SgdStep{scale});
+  for_each_index(d, n, SgdStep{p, g, scale});
 }
 
-void fill(const Device& d, float* p, i64 n, float value) { thrust::fill_n(mgpu::policy(d), p, n, value); }
+void fill(const Device& d, float* p, i64 n, float value) { for_each_index(d, n, Fill{p, value}); }
 
 void add_into(const Device& d, float* dst, const float* src, i64 n) {
   // The kernel every allreduce runs: both operands must be d's own memory (a peer copy first
@@ -250,7 +261,7 @@ void add_into(const Device& d, float* dst, const float* src, i64 n) {
   const std::size_t bytes = n > 0 ? std::size_t(n) * sizeof(float) : 0;
   mgpu::check_owned(d, dst, bytes, "add_into (destination)");
   mgpu::check_owned(d, src, bytes, "add_into (source)");
-  thrust::transform(mgpu::policy(d), dst, dst + n, src, dst, thrust::plus<float>());
+  for_each_index(d, n, AddInto{dst, src});
 }
 
 }  // namespace lenet

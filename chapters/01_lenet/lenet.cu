@@ -208,7 +208,7 @@ Lanes::Lanes(const Device& d, int lanes, int capacity) {
 Lanes make_lanes(const Device& d, int batch_size) {
   const int capacity = chunk_images(batch_size);
   const int chunks = (batch_size + capacity - 1) / capacity;
-  return Lanes(d, std::min(mgpu::lanes_per_device(), chunks), capacity);
+  return Lanes(d, std::min(mgpu::lanes_per_device(d), chunks), capacity);
 }
 
 namespace {
@@ -225,10 +225,10 @@ struct AddSums {  // a single item: dst[0..1] += src[0..1]
 // Calls f(lane, start, size) for every chunk [start, start + size) of n examples: chunk c goes
 // to lane c % lanes.count(), and the lanes run at once (see for_each_lane).
 template <class F>
-void for_each_chunk(Lanes& lanes, int n, F f) {
+void for_each_chunk(const Device& d, Lanes& lanes, int n, F f) {
   const int capacity = lanes.capacity(), count = lanes.count();
   const int chunks = (n + capacity - 1) / capacity;
-  mgpu::for_each_lane(count, [&](int lane) {
+  mgpu::for_each_lane(d, count, [&](int lane) {
     for (int c = lane; c < chunks; c += count) f(lane, c * capacity, std::min(capacity, n - c * capacity));
   });
 }
@@ -244,7 +244,7 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
   const bool one_lane = lanes.count() == 1;
   bool told = false;
   // The loss is a sum over examples, so the gradient of a batch is the sum of its chunks' gradients.
-  for_each_chunk(lanes, n, [&](int lane, int start, int size) {
+  for_each_chunk(d, lanes, n, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
     forward(d, p, ws, x + std::int64_t(start) * kPixels, size);
     loss(d, ws, y + start, size, /*with_gradient=*/true);
@@ -271,7 +271,7 @@ void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) 
 
 double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data) {
   for (Metrics& lm : lanes.metrics) lm.reset();
-  for_each_chunk(lanes, data.count, [&](int lane, int start, int size) {
+  for_each_chunk(d, lanes, data.count, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
     forward(d, p, ws, data.pixels.data() + std::int64_t(start) * kPixels, size);
     loss(d, ws, data.labels.data() + start, size, /*with_gradient=*/false);

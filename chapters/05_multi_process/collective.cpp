@@ -76,78 +76,51 @@ void sum_now(const World& w, float* host, mgpu::Elements n) {
   MGPU_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, host, mpi_count(n), MPI_FLOAT, MPI_SUM, w.comm));
 }
 
-#if !MGPU_CUDA
-
-// cpu build: the "device" memory is host memory, so MPI works on the bucket itself.
+// MPI sums a host copy of the bucket (pinned on GPUs, so that copies to it are asynchronous).
+// Without overlap: copy it all down, sum, copy it back. With overlap, layer l's slice is copied
+// down on a second stream as soon as backward has produced it (an event orders the copy after
+// the layer's kernels, without the host waiting), and its MPI_Iallreduce starts once the copy
+// is done; finish() waits for the sums and copies the bucket back up on the compute stream.
+// The same code runs in both builds: a cpu device's work is queued too, so the host must wait
+// for backward before MPI may read its gradients, exactly as on a GPU.
 class MpiAllreduce : public GradientAllreduce {
  public:
-  explicit MpiAllreduce(const World& w) : world_(w) {}
-
- protected:
-  void reduce_bucket(lenet::Params& g) override { sum_now(world_, g.flat(), whole_bucket()); }
-  void start(lenet::Params& g, int layer) override {
-    const Slice s = layer_slice(layer);
-    requests_.start_sum(world_, g.flat() + s.offset, s.count);
-  }
-  void wait_started(lenet::Params&) override { requests_.wait_all(); }
-
- private:
-  World world_;
-  MpiRequests requests_;
-};
-
-#else
-
-// cuda build: MPI sums a pinned host copy of the bucket. Without overlap: copy it all down,
-// sum, copy it back. With overlap, layer l's slice is copied down on a second stream as soon
-// as backward has produced it (an event orders the copy after the layer's kernels, without
-// the host waiting), and its MPI_Iallreduce starts once the copy is done; finish() waits for
-// the sums and copies the bucket back up on the compute stream.
-class MpiAllreduce : public GradientAllreduce {
- public:
-  MpiAllreduce(const World& w, const mgpu::Device& d) : world_(w), device_(d), copier_(d) {
-    mgpu::activate(d);
-    MGPU_CHECK_CUDA(cudaMallocHost(&host_, whole_bucket().count * sizeof(float)));
-    MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&copier_.stream, cudaStreamNonBlocking));
+  MpiAllreduce(const World& w, const mgpu::Device& d)
+      : world_(w), device_(d), copier_(d), host_(whole_bucket().count) {
     for (int l = 0; l < lenet::kLayers; ++l) {  // events of this rank's device (either stream may record them)
       ready_.push_back(std::make_unique<mgpu::Event>(d));
       copied_.push_back(std::make_unique<mgpu::Event>(d));
     }
   }
-  ~MpiAllreduce() override {
-    cudaSetDevice(device_.gpu);
-    cudaStreamSynchronize(copier_.stream);
-    cudaStreamDestroy(copier_.stream);
-    cudaFreeHost(host_);
-  }
   void synchronize(const mgpu::Device& d) override {
-    mgpu::synchronize(copier_);
+    mgpu::synchronize(copier_.device());
     mgpu::synchronize(d);
   }
 
  protected:
   void reduce_bucket(lenet::Params& g) override {
-    mgpu::copy_bytes_to_host(device_, host_, g.flat(), whole_bucket().count * sizeof(float));  // waits for backward
-    sum_now(world_, host_, whole_bucket());
-    mgpu::copy_bytes_to_device(device_, g.flat(), host_, whole_bucket().count * sizeof(float));
+    mgpu::copy_bytes_to_host(device_, host_.data(), g.flat(), bucket_bytes());  // waits for backward
+    sum_now(world_, host_.data(), whole_bucket());
+    mgpu::copy_bytes_to_device(device_, g.flat(), host_.data(), bucket_bytes());
   }
   void start(lenet::Params& g, int layer) override {
     const Slice s = layer_slice(layer);
+    const mgpu::Device& copier = copier_.device();
     ready_[layer]->record(device_);  // backward has queued this layer's kernels up to here
-    ready_[layer]->make_wait(copier_);
-    MGPU_CHECK_CUDA(cudaMemcpyAsync(host_ + s.offset, g.flat() + s.offset, s.count.count * sizeof(float),
-                                    cudaMemcpyDeviceToHost, copier_.stream));
-    copied_[layer]->record(copier_);
+    ready_[layer]->make_wait(copier);
+    mgpu::copy_bytes_to_host_async(copier, host_.data() + s.offset, g.flat() + s.offset, s.count.count * sizeof(float));
+    copied_[layer]->record(copier);
     waiting_.push_back(layer);
     start_copied(/*wait=*/false);
   }
   void wait_started(lenet::Params& g) override {
     start_copied(/*wait=*/true);
     requests_.wait_all();
-    mgpu::copy_bytes_to_device(device_, g.flat(), host_, whole_bucket().count * sizeof(float));
+    mgpu::copy_bytes_to_device(device_, g.flat(), host_.data(), bucket_bytes());
   }
 
  private:
+  static std::size_t bucket_bytes() { return whole_bucket().count * sizeof(float); }
   // Starts the MPI sums of the layers whose copy has arrived, in the order they were started
   // (every rank must issue them in the same order); with `wait`, waits for every copy.
   void start_copied(bool wait) {
@@ -159,21 +132,19 @@ class MpiAllreduce : public GradientAllreduce {
         return;
       }
       const Slice s = layer_slice(layer);
-      requests_.start_sum(world_, host_ + s.offset, s.count);
+      requests_.start_sum(world_, host_.data() + s.offset, s.count);
       waiting_.erase(waiting_.begin());
     }
   }
 
   World world_;
   mgpu::Device device_;
-  mgpu::Device copier_;   // the same GPU, a second stream for the copies down
-  float* host_ = nullptr;  // [129,068] pinned: the bucket's host copy
+  mgpu::SideStream copier_;        // the same device, a second stream for the copies down
+  mgpu::HostBuffer<float> host_;   // [129,068]: the bucket's host copy
   std::vector<std::unique_ptr<mgpu::Event>> ready_, copied_;  // per layer: backward done, copy down done
   std::vector<int> waiting_;  // layers copied (or being copied) whose MPI sum has not started
   MpiRequests requests_;
 };
-
-#endif  // MGPU_CUDA
 
 // --- nccl ---------------------------------------------------------------------------------
 #if MGPU_CUDA && MGPU_HAVE_NCCL
@@ -197,7 +168,6 @@ class NcclAllreduce : public GradientAllreduce {
     const ncclUniqueId id = unique_id_from_rank0(w);  // every rank must call this: it is an MPI_Bcast
     mgpu::activate(d);
     MGPU_CHECK_NCCL(ncclCommInitRank(&comm_, w.size, id, w.rank));
-    MGPU_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_.stream, cudaStreamNonBlocking));
     for (int l = 0; l < lenet::kLayers; ++l) ready_.push_back(std::make_unique<mgpu::Event>(d));
   }
   // When an error on this rank unwinds the stack, the other ranks may never join another
@@ -206,14 +176,13 @@ class NcclAllreduce : public GradientAllreduce {
   ~NcclAllreduce() override {  // no throwing here
     const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
     cudaSetDevice(device_.gpu);
-    if (comm_ && !unwinding) cudaStreamSynchronize(comm_stream_.stream);
+    if (comm_ && !unwinding) cudaStreamSynchronize(comm_stream_.device().stream);
     mgpu::close_communicator(comm_, unwinding);
-    cudaStreamDestroy(comm_stream_.stream);
-  }
+  }  // then comm_stream_ waits for what is left on it and is destroyed
   // Polls rather than blocks, so that an error NCCL detects on its own (a network failure, a
   // peer that aborted) is reported instead of waited on forever.
   void synchronize(const mgpu::Device& d) override {
-    wait_watching_nccl(comm_stream_);
+    wait_watching_nccl(comm_stream_.device());
     wait_watching_nccl(d);
   }
 
@@ -224,11 +193,11 @@ class NcclAllreduce : public GradientAllreduce {
   void start(lenet::Params& g, int layer) override {
     const Slice s = layer_slice(layer);
     ready_[layer]->record(device_);
-    ready_[layer]->make_wait(comm_stream_);
-    mgpu::allreduce(comm_, comm_stream_, g.flat() + s.offset, s.count, ncclSum);
+    ready_[layer]->make_wait(comm_stream_.device());
+    mgpu::allreduce(comm_, comm_stream_.device(), g.flat() + s.offset, s.count, ncclSum);
   }
   void wait_started(lenet::Params&) override {
-    summed_.record(comm_stream_);
+    summed_.record(comm_stream_.device());
     summed_.make_wait(device_);
   }
 
@@ -254,7 +223,7 @@ class NcclAllreduce : public GradientAllreduce {
   }
 
   mgpu::Device device_;
-  mgpu::Device comm_stream_;  // the same GPU, the stream the overlapped sums run on
+  mgpu::SideStream comm_stream_;  // the same GPU, the stream the overlapped sums run on
   ncclComm_t comm_ = nullptr;
   std::vector<std::unique_ptr<mgpu::Event>> ready_;  // per layer: "its gradient is computed"
   mgpu::Event summed_;                               // "every started sum is done"
@@ -282,15 +251,7 @@ Collective choose_collective(const World& w, Collective wanted, bool explicitly,
 
 std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& w, const mgpu::Device& d,
                                                   int ranks_per_gpu) {
-  if (kind == Collective::Mpi) {
-#if MGPU_CUDA
-    return std::make_unique<MpiAllreduce>(w, d);
-#else
-    (void)d;
-    (void)ranks_per_gpu;
-    return std::make_unique<MpiAllreduce>(w);
-#endif
-  }
+  if (kind == Collective::Mpi) return std::make_unique<MpiAllreduce>(w, d);
   // choose_collective() has already refused this for an explicit request; this is the last guard.
 #if MGPU_CUDA && MGPU_HAVE_NCCL
   if (ranks_per_gpu > 1)
@@ -299,6 +260,7 @@ std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& 
                       "GPU, or use --collective mpi");
   return std::make_unique<NcclAllreduce>(w, d);
 #else
+  (void)ranks_per_gpu;
   throw mgpu::Error("--collective nccl needs a cuda build with NCCL; use --collective mpi");
 #endif
 }

@@ -3,9 +3,10 @@
 //
 //   nccl (cuda build with NCCL): rank 0 makes an ncclUniqueId, MPI_Bcast hands it to every
 //        rank, every rank joins with ncclCommInitRank; ncclAllReduce runs on the GPU.
-//   mpi  (cpu build; cuda build with --collective mpi): MPI_Allreduce on host memory. In the
-//        cuda build the gradients are staged through the host (GPU -> host, sum, host -> GPU),
-//        which also works for several ranks on one GPU, where NCCL refuses to run.
+//   mpi  (cpu build; cuda build with --collective mpi): MPI_Allreduce on host memory. The
+//        gradients are staged through a host copy (device -> host, sum, host -> device), in
+//        both builds the same way; on GPUs this also works for several ranks on one GPU,
+//        where NCCL refuses to run.
 //
 // The gradients are chapter 03's flat bucket (lenet::Layout::Flat). A step uses it in one of
 // two ways:

@@ -7,9 +7,6 @@
 #include <cstdlib>
 
 #include "common/check.h"
-#if !MGPU_CUDA
-#include <omp.h>
-#endif
 
 namespace mp {
 
@@ -60,14 +57,13 @@ std::string RankDevice::describe() const {
 
 #else
 
-RankDevice::RankDevice(const World& w) : devices_(1) {
-  omp_set_num_threads(cpu_threads_for(w));  // before the first parallel region: lanes follow it
-}
+// The rank's device gets this rank's share of the cores: its worker's OpenMP threads, and so its lanes.
+RankDevice::RankDevice(const World& w) : devices_(1, {}, cpu_threads_for(w)) {}
 
 RankDevice::~RankDevice() = default;
 
 std::string RankDevice::describe() const {
-  const int threads = omp_get_max_threads();
+  const int threads = mgpu::lanes_per_device(device());
   return "cpu, " + std::to_string(threads) + " OpenMP thread" + (threads > 1 ? "s" : "");
 }
 
