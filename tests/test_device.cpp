@@ -5,6 +5,10 @@
 // Each refusal must name the call and the devices, so a reader can find the offending line.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "chapters/01_lenet/layers.h"
@@ -138,7 +142,10 @@ TEST_CASE("a freed buffer's memory belongs to no device any more") {
   }
   Buffer<float> other(devices[0], 1);  // may or may not reuse the memory: then it is this one's
   if (stale != other.data()) {
-    CHECK_THROWS_AS(mgpu::check_owned(devices[0], stale, 16 * sizeof(float), "test"), mgpu::Error);
+    const std::string d0 = "device 0 (" + devices[0].name() + ")";
+    const std::string expected = "test: " + d0 + " was given memory of a 64-byte buffer of " + d0 + " that has been freed";
+    CHECK_THROWS_WITH_AS(mgpu::check_owned(devices[0], stale, 16 * sizeof(float), "test"),
+                         doctest::Contains(expected.c_str()), mgpu::Error);
   } else {
     CHECK_THROWS_WITH_AS(mgpu::check_owned(devices[0], stale, 16 * sizeof(float), "test"),
                          doctest::Contains("run past the end"), mgpu::Error);
@@ -154,4 +161,128 @@ TEST_CASE("idle(): a synchronized device has nothing queued") {
   CHECK(mgpu::idle(devices[0]));
 }
 
+// A GEMM big enough to take a while on any device: C = A A with A [m x m] all 0.5, so every
+// element of C is m / 4 (exact in float).
+struct SlowWork {
+  SlowWork(const mgpu::Device& d, int m) : d(d), m(m), a(d, std::size_t(m) * m), c(d, std::size_t(m) * m) {
+    lenet::fill(d, a.data(), std::int64_t(m) * m, 0.5f);
+  }
+  void queue() {
+    mgpu::gemm(d, mgpu::Transpose::No, mgpu::Transpose::No, m, m, m, 1.0f, a.data(), a.data(), 0.0f, c.data());
+  }
+  const mgpu::Device& d;
+  int m;
+  Buffer<float> a, c;
+};
+
+TEST_CASE("queuing work returns at once; the host waits only where it asks to") {
+  const DeviceSet devices(1);
+  SlowWork work(devices[0], 2048);  // 17 GFLOP: a third of a second on two cores, a millisecond on a GPU
+  mgpu::synchronize(devices[0]);
+  work.queue();
+  CHECK_FALSE(mgpu::idle(devices[0]));  // queued, not yet done: the call did not wait for it
+  mgpu::synchronize(devices[0]);
+  CHECK(mgpu::idle(devices[0]));
+  CHECK(work.c.download()[12345] == 512.0f);
+}
+
+TEST_CASE("an event orders one device's copy after another device's work") {
+  const DeviceSet devices(2);
+  SlowWork work(devices[1], 512);
+  Buffer<float> copy(devices[0], work.c.size());
+  Event made(devices[1]);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    work.c.zero();
+    work.queue();
+    made.record(devices[1]);
+    made.make_wait(devices[0]);  // device 0 copies only once device 1 is past the GEMM
+    mgpu::copy_peer(devices[0], copy.data(), devices[1], work.c.data(), Elements{work.c.size()});
+    const std::vector<float> got = copy.download();
+    CHECK(std::count(got.begin(), got.end(), 128.0f) == std::ptrdiff_t(got.size()));
+  }
+}
+
+TEST_CASE("a second stream on a device: the device's events and memory, work of its own") {
+  const DeviceSet devices(1);
+  const mgpu::Device& d = devices[0];
+  mgpu::SideStream side(d);
+  CHECK(side.device().id == d.id);
+  SlowWork work(d, 512);
+  mgpu::HostBuffer<float> host(work.c.size());
+  Event made(d), copied(d);
+  work.c.zero();
+  work.queue();
+  made.record(d);
+  made.make_wait(side.device());  // the copy on the side stream follows the GEMM on the main one
+  mgpu::copy_bytes_to_host_async(side.device(), host.data(), work.c.data(), work.c.size() * sizeof(float));
+  copied.record(side.device());
+  copied.synchronize();
+  CHECK(std::count(host.data(), host.data() + host.size(), 128.0f) == std::ptrdiff_t(host.size()));
+}
+
+TEST_CASE("timestamps: when each device's stream passed a mark, on one clock") {
+  const DeviceSet devices(2);
+  SlowWork work(devices[0], 512);
+  mgpu::synchronize(devices[0]);
+  mgpu::Timestamp before, after, other;
+  before.record(devices[0]);
+  work.queue();
+  after.record(devices[0]);
+  other.record(devices[1]);
+  CHECK(after.seconds() >= before.seconds());
+  CHECK(other.seconds() > 0);
+  mgpu::Timestamp never;
+  CHECK_THROWS_WITH_AS(never.seconds(), doctest::Contains("before Timestamp::record"), mgpu::Error);
+}
+
 }  // namespace
+
+#if !MGPU_CUDA
+// The cpu backend's stream itself (common/cpu_stream.h): order, errors, lanes.
+#include <atomic>
+#include <stdexcept>
+
+#include "common/cpu_stream.h"
+
+TEST_CASE("cpu stream: work runs in the order it was queued, on the worker, while the host goes on") {
+  mgpu::cpu::Stream stream(1, 0);
+  std::vector<int> order;  // written by the worker only, read after wait()
+  for (int i = 0; i < 3000; ++i) stream.submit([&order, i] { order.push_back(i); });  // more than the queue holds
+  stream.wait();
+  CHECK(stream.idle());
+  REQUIRE(order.size() == 3000);
+  for (int i = 0; i < 3000; ++i) CHECK(order[i] == i);
+}
+
+TEST_CASE("cpu stream: a failure is reported at the host's next wait, later work is skipped, marks still pass") {
+  mgpu::cpu::Stream stream(1, 0);
+  std::atomic<int> ran{0}, marks{0};
+  stream.submit([] { throw mgpu::Error("kernel failed"); });
+  stream.submit([&] { ++ran; });
+  stream.submit_marker([&] { ++marks; });
+  CHECK_THROWS_WITH_AS(stream.wait(), "kernel failed", mgpu::Error);
+  CHECK(ran == 0);
+  CHECK(marks == 1);  // an event's mark: another device may be waiting for it
+  CHECK_THROWS_WITH_AS(stream.wait(), "kernel failed", mgpu::Error);  // sticky, as a CUDA fault is
+  stream.wait_quietly();
+}
+
+TEST_CASE("cpu stream: lanes run their own queued work at once; events and host waits are refused in a lane") {
+  mgpu::cpu::Stream stream(2, 0), other(1, 0);
+  std::vector<int> seen(4, 0);
+  mgpu::cpu::run_lanes(stream, 2, [&](int lane) {
+    for (int j = lane; j < 4; j += 2) stream.submit([&seen, j] { seen[j] = j + 1; });
+  });
+  stream.wait();
+  CHECK(seen == std::vector<int>{1, 2, 3, 4});
+  const auto in_a_lane = [&](const std::function<void()>& f) { mgpu::cpu::run_lanes(stream, 2, [&](int) { f(); }); };
+  CHECK_THROWS_WITH_AS(in_a_lane([&] { stream.wait(); }), doctest::Contains("a host wait (synchronize, download, upload) inside for_each_lane"),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(in_a_lane([&] { stream.submit_marker([] {}); }),
+                       doctest::Contains("an event's record or wait inside for_each_lane"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(in_a_lane([&] { other.submit([] {}); }), doctest::Contains("a lane queued work on another device"),
+                       mgpu::Error);
+  stream.wait();  // nothing of the refused lanes was queued
+}
+#endif

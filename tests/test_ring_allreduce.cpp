@@ -44,10 +44,10 @@ TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n 
 // Every element of every device's buffer must be the sum over devices of random inputs
 // (compared with a double-precision sum: the ring adds in another order than a loop does).
 void check_ring(int k, std::size_t n) {
-  testing::check_allreduce_sums(k, n, 1000 + 17 * k + n,
-                                [](const mgpu::DeviceSet& devices, const std::vector<float*>& data, Elements n) {
-                                  ring::RingAllreduce(devices, n.count).run(data, n);
-                                });
+  testing::check_allreduce_sums(k, n, 1000 + 17 * k + n, [n](const mgpu::DeviceSet& devices) -> testing::AllreduceRun {
+    auto ring = std::make_shared<ring::RingAllreduce>(devices, n);
+    return [ring](const std::vector<float*>& data, Elements count) { ring->run(data, count); };
+  });
 }
 
 TEST_CASE("ring allreduce: every element on every device is the sum, k = 1..8, awkward sizes") {
