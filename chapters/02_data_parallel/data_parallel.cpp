@@ -192,15 +192,28 @@ void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Repli
 
   const std::vector<int> sizes = split_batch(X, y, n, replicas);
   lap(&StepTimes::split);
-  // Each call only queues work on its device's stream and returns, so on GPUs the devices
-  // compute at the same time. (In the cpu build each replica uses all cores in turn.)
-  for (std::size_t i = 0; i < replicas.size(); ++i) {
+  // Each call only queues work on its device's stream and returns, so the devices compute at
+  // the same time. When measuring, each device's stream also notes when it began and ended.
+  const std::size_t k = replicas.size();
+  std::vector<mgpu::Timestamp> began(times ? k : 0), ended(times ? k : 0);
+  for (std::size_t i = 0; i < k; ++i) {
     Replica& r = replicas[i];
+    if (times) began[i].record(*r.device);
     r.grads.zero();
     lenet::accumulate_gradients(*r.device, r.params, r.grads, r.lanes, r.shard.x.data(), r.shard.y.data(), sizes[i],
                                 r.metrics);
+    if (times) ended[i].record(*r.device);
   }
+  const double compute_start = t;
   lap(&StepTimes::compute);
+  if (times) {
+    times->compute_began.resize(k, 0.0);
+    times->compute_ended.resize(k, 0.0);
+    for (std::size_t i = 0; i < k; ++i) {
+      times->compute_began[i] += began[i].seconds() - compute_start;
+      times->compute_ended[i] += ended[i].seconds() - compute_start;
+    }
+  }
   allreduce.run(replicas);
   lap(&StepTimes::allreduce);
   // Every device now holds the same summed gradient and takes the same step, dividing by the

@@ -97,13 +97,18 @@ std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::
 // Where one step's time goes, in seconds, summed over the steps measured.
 struct StepTimes {
   double split = 0, compute = 0, allreduce = 0, update = 0;
+  // Device i's own forward and backward pass inside the compute phase: when its stream began
+  // and ended that work, in seconds from the phase's start. Devices that compute at the same
+  // time have spans that overlap; devices that take turns have spans that follow each other.
+  std::vector<double> compute_began, compute_ended;  // [k]
   int steps = 0;
 };
 
 // d2l's train_batch: split the batch, run forward and backward on every device (each on its
-// own stream, so on GPUs their work overlaps), allreduce the gradients, and let every device
-// take the same SGD step, dividing by the full batch size n. With `times`, the devices are
-// synchronized after each phase and the phases timed: use it only to measure.
+// own stream, so their work overlaps: on GPUs, and on the cpu backend's devices, which are
+// streams with cores of their own), allreduce the gradients, and let every device take the
+// same SGD step, dividing by the full batch size n. With `times`, the devices are synchronized
+// after each phase and the phases timed: use it only to measure.
 void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas,
                  GradientAllreduce& allreduce, float lr, StepTimes* times = nullptr);
 

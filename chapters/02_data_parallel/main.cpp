@@ -48,6 +48,17 @@ int main(int argc, char** argv) {
       std::printf("per step (mean of %d, devices synchronized between phases): split %.2f ms, compute %.2f ms, "
                   "allreduce %.3f ms, sgd %.3f ms\n",
                   t.steps, t.split * ms, t.compute * ms, t.allreduce * ms, t.update * ms);
+      // The compute phase device by device: spans that overlap mean the devices ran at once.
+      double busy = 0;
+      for (int i = 0; i < k; ++i) {
+        std::printf("  device %d computes from %.2f to %.2f ms of the compute phase\n", i, t.compute_began[i] * ms,
+                    t.compute_ended[i] * ms);
+        busy += t.compute_ended[i] - t.compute_began[i];
+      }
+      if (k > 1)
+        std::printf("  the devices' compute adds up to %.2f ms in a phase of %.2f ms: %.2f devices busy at once "
+                    "on average\n",
+                    busy * ms, t.compute * ms, busy / t.compute);
       log.finish();
       runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
     }

@@ -5,12 +5,39 @@
 //   build/bin/03_ring_allreduce [--devices 2] [--epochs 10] [--batch-size 256] [--lr 0.2] ...
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/openmp_waits.h"
 #include "compare.h"
 #include "ring.h"
+
+// One ring allreduce of LeNet's 129,068 gradients, step by step, as the devices ran it: each
+// device's span in each step. Spans of one step that overlap are copies proceeding at once.
+void print_ring_timeline(const mgpu::DeviceSet& devices) {
+  const int k = devices.size();
+  if (k == 1) return;
+  const std::size_t n = lenet::parameter_count();
+  std::vector<mgpu::Buffer<float>> buckets;
+  std::vector<float*> data;
+  for (int i = 0; i < k; ++i) {
+    buckets.emplace_back(devices[i], n);
+    buckets.back().zero();
+    data.push_back(buckets.back().data());
+  }
+  ring::RingAllreduce ring(devices);
+  ring.timeline(data, mgpu::Elements{n});  // a first run warms up (first touch of the buffers)
+  const std::vector<ring::RingAllreduce::StepSpan> spans = ring.timeline(data, mgpu::Elements{n});
+  std::printf("\none ring allreduce of the flat bucket as the devices ran it (ms from its start; each device "
+              "copies in a chunk, and adds it in the reduce-scatter):\n");
+  for (int step = 0; step < 2 * (k - 1); ++step) {
+    std::printf("  step %d (%s)", step + 1, step < k - 1 ? "reduce-scatter" : "all-gather");
+    for (const auto& s : spans)
+      if (s.step == step) std::printf("  device %d %.3f-%.3f", s.device, s.began * 1e3, s.ended * 1e3);
+    std::printf("\n");
+  }
+}
 
 int main(int argc, char** argv) {
   mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
@@ -37,6 +64,7 @@ int main(int argc, char** argv) {
     // Train with the first and the last: the curves should match (same start, same batches).
     ring::train_each(devices, data, o, chapter.name, {&ways.front(), &ways.back()});
     ring::print_step_times(devices, data, o, ways);
+    print_ring_timeline(devices);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "03_ring_allreduce: error: %s\n", e.what());
     return 1;

@@ -44,6 +44,9 @@ void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
   auto next = [k](int i) { return (i + 1) % k; };
   auto prev = [k](int i) { return (i + k - 1) % k; };
   auto chunk = [&](int c) { return chunk_of(n, k, ((c % k) + k) % k); };
+  auto mark = [&](int i) {  // only while timeline() runs: a timestamp on device i's stream
+    if (marks_) marks_->emplace_back().record(devices_[i]);
+  };
 
   // Every device marks "my gradient is computed"; in each step, the receiver waits only for
   // its sender's previous step. That one rule also keeps a sender from overwriting a chunk
@@ -59,7 +62,9 @@ void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
       const int from = prev(i);
       const Chunk c = chunk(from - s);
       step_done_[from]->make_wait(devices_[i]);
+      mark(i);
       receive_and_add(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
+      mark(i);
     }
     end_step();
   }
@@ -69,13 +74,40 @@ void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
       const int from = prev(i);
       const Chunk c = chunk(from + 1 - s);
       step_done_[from]->make_wait(devices_[i]);
+      mark(i);
       mgpu::copy_peer(devices_[i], data[i] + c.begin, devices_[from], data[from] + c.begin, Elements{c.count});
+      mark(i);
     }
     end_step();
   }
   // Device i's buffer is read by device i+1 in the last step: nothing queued on device i after
   // the ring (the next step zeroes its gradients) may start before that read is done.
   for (int i = 0; i < k; ++i) step_done_[next(i)]->make_wait(devices_[i]);
+}
+
+std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<float*>& data, Elements n) {
+  std::vector<mgpu::Timestamp> marks;
+  marks.reserve(std::size_t(4) * devices_.size() * devices_.size());
+  devices_.synchronize();  // start from idle devices
+  marks_ = &marks;
+  try {
+    run(data, n);
+  } catch (...) {
+    marks_ = nullptr;
+    throw;
+  }
+  marks_ = nullptr;
+  // The marks came in pairs, step by step, device by device (run()'s loops).
+  const int k = devices_.size();
+  std::vector<StepSpan> spans;
+  double first = 0;
+  for (std::size_t m = 0; m + 1 < marks.size(); m += 2) {
+    const int pair = static_cast<int>(m / 2);
+    spans.push_back({pair / k, pair % k, marks[m].seconds(), marks[m + 1].seconds()});
+    first = spans.size() == 1 ? spans.back().began : std::min(first, spans.back().began);
+  }
+  for (StepSpan& s : spans) s.began -= first, s.ended -= first;
+  return spans;
 }
 
 void RingAllreduce::run(std::vector<dp::Replica>& replicas) {

@@ -48,6 +48,16 @@ class RingAllreduce : public dp::GradientAllreduce {
   void run(std::vector<dp::Replica>& replicas) override;
   lenet::Layout layout() const override { return lenet::Layout::Flat; }
 
+  // One run(data, n) as the devices ran it: when each device's stream began and ended its part
+  // of each step (the copy in, and the add in the reduce-scatter), in seconds from the earliest
+  // begin, from timestamps queued on the streams. Where the spans of one step overlap, the
+  // devices' copies proceeded at the same time.
+  struct StepSpan {
+    int step, device;  // step 0..2(k-1)-1: the first k-1 reduce-scatter, the rest all-gather
+    double began, ended;
+  };
+  std::vector<StepSpan> timeline(const std::vector<float*>& data, Elements n);
+
  private:
   // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer).
   void receive_and_add(int to, float* dst, int from, const float* src, Elements n);
@@ -55,6 +65,7 @@ class RingAllreduce : public dp::GradientAllreduce {
   std::size_t max_elements_;
   std::vector<mgpu::Buffer<float>> staging_;              // per device: one incoming chunk
   std::vector<std::unique_ptr<mgpu::Event>> step_done_;  // per device: "my last step is done"
+  std::vector<mgpu::Timestamp>* marks_ = nullptr;        // while timeline() runs: begin, end per step and device
 };
 
 }  // namespace ring
