@@ -386,12 +386,11 @@ DeviceSet::~DeviceSet() {
   for (const auto& s : streams_) s->wait_quietly();  // then each stream stops its worker
 }
 
-namespace {
-cpu::Stream& stream_of(const Device& d) {
+cpu::Stream& cpu::stream_of(const Device& d) {
   if (!d.stream) throw Error(describe(d) + " was not made by a DeviceSet: it has no stream");
   return *d.stream;
 }
-}  // namespace
+using cpu::stream_of;
 
 void activate(const Device&) {}
 void synchronize(const Device& d) { stream_of(d).wait(); }

@@ -38,6 +38,14 @@ class Stream;  // common/cpu_stream.h
 }
 #endif
 
+struct Device;
+#if !MGPU_CUDA
+namespace cpu {
+// d's stream; throws, naming d, for a device that no DeviceSet made (it has none).
+Stream& stream_of(const Device& d);
+}  // namespace cpu
+#endif
+
 struct Device {
   int index = 0;  // logical device, 0..k-1
   int gpu = -1;   // physical GPU ordinal (cuda build); -1 in the cpu build

@@ -41,7 +41,7 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
 #else
   const CBLAS_TRANSPOSE opA = ta == Transpose::No ? CblasNoTrans : CblasTrans;
   const CBLAS_TRANSPOSE opB = tb == Transpose::No ? CblasNoTrans : CblasTrans;
-  d.stream->submit([=] {
+  cpu::stream_of(d).submit([=] {
     // Inside a lane OpenBLAS runs on the lane's thread alone (it sees the parallel region).
     // Outside, it forks its own OpenMP threads; Debian's OpenBLAS keeps one set of buffers for
     // that, so two devices' workers must not do it at the same time.

@@ -33,7 +33,7 @@ void for_each_index(const Device& d, std::int64_t n, F f) {
   activate(d);
   thrust::for_each_n(thrust::cuda::par_nosync.on(d.stream), thrust::counting_iterator<std::int64_t>(0), n, f);
 #else  // OpenMP threads: the device's share of cores, or one lane's thread (for_each_lane)
-  d.stream->submit([n, f] { thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f); });
+  cpu::stream_of(d).submit([n, f] { thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f); });
 #endif
 }
 
@@ -52,7 +52,7 @@ void for_each_lane(const Device& d, int lanes, F f) {
 #if MGPU_CUDA
   for (int lane = 0; lane < lanes; ++lane) f(lane);  // one stream: the lanes' kernels queue in turn
 #else
-  cpu::run_lanes(*d.stream, lanes, f);
+  cpu::run_lanes(cpu::stream_of(d), lanes, f);
 #endif
 }
 
