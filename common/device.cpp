@@ -485,6 +485,10 @@ struct Event::Marks {
   std::condition_variable changed;
   std::uint64_t recorded = 0;  // host side: marks queued
   std::uint64_t passed = 0;    // device side: marks reached
+  std::uint64_t last_recorded() {
+    const std::lock_guard<std::mutex> lock(mutex);
+    return recorded;
+  }
   void wait_for(std::uint64_t mark) {
     std::unique_lock<std::mutex> lock(mutex);
     changed.wait(lock, [&] { return passed >= mark; });
@@ -514,12 +518,7 @@ void Event::queue_mark(const Device& d) {
 
 void Event::make_wait(const Device& d) {
   check_recorded("make_wait");
-  std::uint64_t mark;
-  {
-    const std::lock_guard<std::mutex> lock(marks_->mutex);
-    mark = marks_->recorded;
-  }
-  stream_of(d).submit_marker([marks = marks_, mark] { marks->wait_for(mark); });
+  stream_of(d).submit_marker([marks = marks_, mark = marks_->last_recorded()] { marks->wait_for(mark); });
 }
 
 bool Event::done() const {
@@ -530,12 +529,7 @@ bool Event::done() const {
 
 void Event::synchronize() const {
   check_recorded("synchronize");
-  std::uint64_t mark;
-  {
-    const std::lock_guard<std::mutex> lock(marks_->mutex);
-    mark = marks_->recorded;
-  }
-  marks_->wait_for(mark);
+  marks_->wait_for(marks_->last_recorded());
 }
 
 std::string enable_peer_access(const DeviceSet& devices) {
