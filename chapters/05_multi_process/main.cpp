@@ -1,6 +1,6 @@
 // Chapter 05: one process per device. Start K copies with an MPI launcher,
 //   mpirun -np 2 build/bin/05_multi_process            (one machine)
-//   srun --ntasks-per-node=8 build/bin/05_multi_process  (a SLURM cluster)
+//   srun --mpi=pmix --ntasks-per-node=8 build/bin/05_multi_process  (a SLURM cluster)
 // or run it alone for K = 1. Every copy trains on its own device and its own block of every
 // global batch; rank 0 prints, writes the CSV and the plot.
 #include <cstdio>
