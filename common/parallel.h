@@ -23,6 +23,24 @@
 
 namespace mgpu {
 
+// The two mappings for_each_span chooses between (below).
+template <class F>
+struct SpanElement {  // item i * span + j -> element j of row i
+  F f;
+  int span;
+  MGPU_HD void operator()(std::int64_t i) const {
+    const std::int64_t item = i / span;
+    const int j = static_cast<int>(i - item * span);
+    f(item, j, j + 1);
+  }
+};
+template <class F>
+struct SpanWhole {  // item i -> all of row i
+  F f;
+  int span;
+  MGPU_HD void operator()(std::int64_t item) const { f(item, 0, span); }
+};
+
 // Calls f(i) for i = 0..n-1 on device d: the loop every kernel in this repository is. Queued
 // on d's stream; the call returns at once. f is copied, as CUDA copies a kernel's arguments:
 // it holds pointers to d's memory and sizes, never references to the caller's variables.
@@ -34,6 +52,27 @@ void for_each_index(const Device& d, std::int64_t n, F f) {
   thrust::for_each_n(thrust::cuda::par_nosync.on(d.stream), thrust::counting_iterator<std::int64_t>(0), n, f);
 #else  // OpenMP threads: the device's share of cores, or one lane's thread (for_each_lane)
   cpu::stream_of(d).submit([n, f] { thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f); });
+#endif
+}
+
+// Calls f(item, begin, end) so that, together, the calls cover elements [0, span) of every
+// item = 0..items-1: a kernel whose output is `items` rows of `span` contiguous elements
+// (image planes, matrix rows). f computes elements [begin, end) of its item's row.
+//
+// THIS is where a work item's size differs between the backends, and the only place:
+//   cuda: one thread per element, f(item, j, j + 1). Thread t writes element t of the output,
+//         so neighbouring threads touch neighbouring addresses (a warp's 32 stores coalesce
+//         into a few transactions) and items * span threads are enough to fill every SM.
+//   cpu:  one call per item, f(item, 0, span). A core walks the whole row with contiguous,
+//         vectorizable inner loops and computes the item's indices once, not per element.
+// The functor is the same for both; only the partition of [0, items * span) changes.
+template <class F>
+void for_each_span(const Device& d, std::int64_t items, int span, F f) {
+  if (items <= 0 || span <= 0) return;
+#if MGPU_CUDA
+  for_each_index(d, items * span, SpanElement<F>{f, span});
+#else
+  for_each_index(d, items, SpanWhole<F>{f, span});
 #endif
 }
 

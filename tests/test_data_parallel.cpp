@@ -92,39 +92,47 @@ TEST_CASE("shard_sizes: n / k each, the remainder to the first devices") {
   CHECK_THROWS_WITH_AS(dp::shard_sizes(2, 3), doctest::Contains("cannot be split across 3 devices"), mgpu::Error);
 }
 
-TEST_CASE("split_batch: each device gets its consecutive shard, labels follow their images") {
+TEST_CASE("split_batch: each device gathers its consecutive shard of the order, labels follow their images") {
   // Plain ints, not a structured binding: CAPTURE's lambda cannot capture those (C++17, clang).
   for (const std::pair<int, int>& c : {std::pair{7, 2}, std::pair{8, 4}, std::pair{3, 3}}) {
-    const int n = c.first, k = c.second;
+    const int n = c.first, k = c.second, first = 5;  // the batch: order[5 .. 5 + n)
     CAPTURE(n);
     CAPTURE(k);
     mgpu::DeviceSet devices(k);
     mgpu::Rng rng(n * 10 + k);
-    const mgpu::LabeledImages set = random_set(n, rng);
+    const mgpu::LabeledImages set = random_set(first + n + 4, rng);
+    std::vector<int> order(set.count);  // a permutation: the set backwards
+    for (int i = 0; i < set.count; ++i) order[i] = set.count - 1 - i;
+    std::vector<dp::DeviceData> data = dp::put_on_every_device(devices, set);
+    for (dp::DeviceData& dd : data) dd.order.upload(order);
     std::vector<dp::Replica> replicas;
     replicas.reserve(k);
     for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), dp::shard_sizes(n, k)[0]);
-    const std::vector<int> sizes = dp::split_batch(set.pixels.data(), set.labels.data(), n, replicas);
+    const std::vector<int> sizes = dp::split_batch(data, first, n, replicas);
     CHECK(sizes == dp::shard_sizes(n, k));
-    int start = 0;
+    int start = first;
     for (int i = 0; i < k; ++i) {
       const std::vector<float> x = replicas[i].shard.x.download();
       const std::vector<std::int32_t> y = replicas[i].shard.y.download();
       for (int j = 0; j < sizes[i]; ++j) {
-        const auto image = set.pixels.begin() + std::size_t(start + j) * kPixels;
+        const int example = order[start + j];
+        const auto image = set.pixels.begin() + std::size_t(example) * kPixels;
         CHECK(std::equal(image, image + kPixels, x.begin() + std::size_t(j) * kPixels));
-        CHECK(y[j] == set.labels[start + j]);
+        CHECK(y[j] == set.labels[example]);
       }
       start += sizes[i];
     }
   }
   mgpu::DeviceSet devices(3);
+  mgpu::Rng rng(3);
+  std::vector<dp::DeviceData> data = dp::put_on_every_device(devices, random_set(4, rng));
   std::vector<dp::Replica> replicas;
   replicas.reserve(3);
   for (int i = 0; i < 3; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), 1);
-  std::vector<float> X(2 * kPixels, 0.5f);
-  std::vector<std::int32_t> y(2, 1);
-  CHECK_THROWS_AS(dp::split_batch(X.data(), y.data(), 2, replicas), mgpu::Error);
+  CHECK_THROWS_WITH_AS(dp::split_batch(data, 0, 2, replicas), doctest::Contains("cannot be split across 3 devices"),
+                       mgpu::Error);  // fewer examples than devices
+  CHECK_THROWS_WITH_AS(dp::split_batch(data, 2, 3, replicas), doctest::Contains("run past the 4 examples"),
+                       mgpu::Error);  // a batch beyond the end of the order
 }
 
 // The heart of the chapter: with the same start and the same batches, k devices take the same

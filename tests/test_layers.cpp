@@ -197,13 +197,18 @@ TEST_CASE("conv2d_forward matches the reference convolution and leaves im2col(x)
     Conv conv(d, c, rng);
     mgpu::Buffer<float> z = poisoned(d, conv.out_size());  // [Cout][B][Ho][Wo]
     lenet::conv2d_forward(d, conv.x_d.data(), conv.xs, conv.W_d.data(), conv.b_d.data(), conv.cout, conv.k,
-                          conv.ones.data(), conv.col.data(), z.data());
+                          lenet::Activation::None, conv.col.data(), z.data());
     const ref::Shape s = shape_of(conv.xs);
     const ref::Tensor want =
         ref::conv2d(ref::to_double(conv.x), s, ref::to_double(conv.W), ref::to_double(conv.b), conv.cout, conv.k);
     check_close(z.download(), want, kTol, "z");
     // The backward pass reuses col instead of unfolding x again.
     check_close(conv.col.download(), ref::im2col(ref::to_double(conv.x), s, conv.k), 0.0, "col");
+    // With the ReLU fused into the bias pass: relu(conv(x)).
+    mgpu::Buffer<float> h = poisoned(d, conv.out_size());
+    lenet::conv2d_forward(d, conv.x_d.data(), conv.xs, conv.W_d.data(), conv.b_d.data(), conv.cout, conv.k,
+                          lenet::Activation::Relu, conv.col.data(), h.data());
+    check_close(h.download(), ref::relu(want), kTol, "relu(z)");
   }
 }
 
@@ -216,7 +221,7 @@ TEST_CASE("conv2d_backward: dW, db, dx match finite differences; dW and db accum
     Conv conv(d, c, rng);
     mgpu::Buffer<float> z(d, conv.out_size());  // the forward pass fills col, which backward reads
     lenet::conv2d_forward(d, conv.x_d.data(), conv.xs, conv.W_d.data(), conv.b_d.data(), conv.cout, conv.k,
-                          conv.ones.data(), conv.col.data(), z.data());
+                          lenet::Activation::None, conv.col.data(), z.data());
 
     const std::vector<float> R = random_floats(conv.out_size(), rng);  // dL/dz [Cout][B][Ho][Wo]
     mgpu::Buffer<float> dz = on_device(d, R), dW(d, conv.W.size()), db(d, conv.b.size()), dcol(d, conv.K * conv.P);
@@ -320,6 +325,15 @@ TEST_CASE("avgpool2: forward averages each 2x2 window; backward spreads a quarte
             if (dropped && gx[s.at(c, b, i, j)] != 0.0f) ++nonzero;
           }
     CHECK_MESSAGE(nonzero == 0, nonzero << " pixels of a dropped row/column got a gradient");
+
+    // Given the ReLU output h that was pooled, the pass also applies ReLU's backward: exactly
+    // relu_backward(h, avgpool2_backward(dy)), i.e. nothing where h <= 0.
+    std::vector<float> hv = random_floats(xs.size(), rng);
+    for (std::size_t i = 0; i < hv.size(); i += 3) hv[i] = 0.0f;  // an inactive unit's output is exactly 0
+    mgpu::Buffer<float> h_d = on_device(d, hv), fused = poisoned(d, xs.size()), separate = on_device(d, gx);
+    lenet::avgpool2_backward(d, dy.data(), xs, fused.data(), h_d.data());
+    lenet::relu_backward(d, h_d.data(), separate.data(), xs.size());
+    check_equal(fused.download(), separate.download(), "pool backward with the ReLU's backward fused in");
   }
 }
 
@@ -365,9 +379,14 @@ TEST_CASE("dense: forward is W^T x + b; backward matches finite differences; dW,
     mgpu::Buffer<float> x_d = on_device(d, x), W_d = on_device(d, W), b_d = on_device(d, b);
     mgpu::Buffer<float> ones = on_device(d, std::vector<float>(c.batch, 1.0f));
     mgpu::Buffer<float> z = poisoned(d, std::size_t(c.out) * c.batch);  // [out][B]
-    lenet::dense_forward(d, x_d.data(), c.in, c.batch, W_d.data(), b_d.data(), c.out, ones.data(), z.data());
+    lenet::dense_forward(d, x_d.data(), c.in, c.batch, W_d.data(), b_d.data(), c.out, lenet::Activation::None,
+                         z.data());
     ref::Tensor xd = ref::to_double(x), Wd = ref::to_double(W), bd = ref::to_double(b);
     check_close(z.download(), ref::dense(xd, c.in, c.batch, Wd, bd, c.out), kTol, "z");
+    mgpu::Buffer<float> h = poisoned(d, std::size_t(c.out) * c.batch);  // with the ReLU fused in
+    lenet::dense_forward(d, x_d.data(), c.in, c.batch, W_d.data(), b_d.data(), c.out, lenet::Activation::Relu,
+                         h.data());
+    check_close(h.download(), ref::relu(ref::dense(xd, c.in, c.batch, Wd, bd, c.out)), kTol, "relu(z)");
 
     const std::vector<float> R = random_floats(std::size_t(c.out) * c.batch, rng);  // dL/dz [out][B]
     mgpu::Buffer<float> dz = on_device(d, R), dW(d, W.size()), db(d, b.size()), dx = poisoned(d, x.size());

@@ -78,8 +78,11 @@ std::vector<float> flat(const lenet::HostParams& p) {
 
 lenet::HostParams shaped(const std::vector<float>& f) {
   lenet::HostParams p;
-  for (int t = 0; t < lenet::kParamTensors; ++t)
-    p.emplace_back(f.begin() + lenet::offset_of(t), f.begin() + lenet::offset_of(t) + lenet::kParams[t].count);
+  auto first = f.begin();  // back to back, no padding (unlike the device Flat layout)
+  for (const lenet::ParamInfo& t : lenet::kParams) {
+    p.emplace_back(first, first + t.count);
+    first += t.count;
+  }
   return p;
 }
 

@@ -100,11 +100,21 @@ TEST_CASE("ring allreduce refuses too many elements, a wrong buffer count and pe
   CHECK_THROWS_WITH_AS(ring.run(per_tensor), doctest::Contains("tensor by tensor"), mgpu::Error);
 }
 
-TEST_CASE("the flat bucket: 129,068 floats, eight views at the right offsets, writes seen both ways") {
+TEST_CASE("the flat bucket: 129,068 parameters at aligned offsets, eight views, writes seen both ways") {
   CHECK(lenet::parameter_count() == 129068);
-  CHECK(lenet::offset_of(0) == 0);
-  CHECK(lenet::offset_of(1) == 180);                                  // after W1 [20][1][3][3]
-  CHECK(lenet::offset_of(7) == lenet::parameter_count() - 10);       // b4 [10] is last
+  // Each tensor starts on a multiple of 64 floats (256 bytes), right after the one before.
+  const std::int64_t want[] = {0, 192, 256, 25280, 25344, 127744, 127872, 129152, 129216};
+  for (int t = 0; t <= lenet::kParamTensors; ++t) {
+    CAPTURE(t);
+    CHECK(lenet::offset_of(t) == want[t]);
+    CHECK(lenet::offset_of(t) % lenet::kFlatAlignment == 0);
+    if (t > 0) {
+      const std::int64_t end_of_previous = lenet::offset_of(t - 1) + lenet::kParams[t - 1].count;
+      CHECK(lenet::offset_of(t) >= end_of_previous);
+      CHECK(lenet::offset_of(t) - end_of_previous < lenet::kFlatAlignment);
+    }
+  }
+  CHECK(lenet::flat_count() == lenet::offset_of(lenet::kParamTensors));
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   lenet::Params p = lenet::zero_params(d, lenet::Layout::Flat);
@@ -114,13 +124,19 @@ TEST_CASE("the flat bucket: 129,068 floats, eight views at the right offsets, wr
   // Through the views: upload distinct tensors, read the flat buffer.
   const lenet::HostParams host = lenet::init_params(3, 0.5f);
   p.upload(host);
-  std::vector<float> flat(lenet::parameter_count());
+  std::vector<float> flat(lenet::flat_count());
   mgpu::copy_bytes_to_host(d, flat.data(), p.flat(), flat.size() * sizeof(float));
   for (int t = 0; t < lenet::kParamTensors; ++t) {
     CAPTURE(lenet::kParams[t].name);
     const std::vector<float> part(flat.begin() + lenet::offset_of(t), flat.begin() + lenet::offset_of(t) + host[t].size());
     testing::check_equal(part, host[t], "flat buffer at the view's offset");
   }
+  // The padding between the tensors holds zeros (summing or updating it changes nothing).
+  int nonzero_padding = 0;
+  for (int t = 0; t < lenet::kParamTensors; ++t)
+    for (std::int64_t j = lenet::offset_of(t) + lenet::kParams[t].count; j < lenet::offset_of(t + 1); ++j)
+      nonzero_padding += flat[j] != 0.0f;
+  CHECK(nonzero_padding == 0);
   // Through the flat buffer: write it whole, read each view.
   for (std::size_t j = 0; j < flat.size(); ++j) flat[j] = float(j);
   mgpu::copy_bytes_to_device(d, p.flat(), flat.data(), flat.size() * sizeof(float));

@@ -1,7 +1,6 @@
-// LeNet's layers. Each kernel is a functor run by mgpu::for_each_index, one call per
-// work item; the comment above each says what an item is. Items are chosen so that
-// neighbouring items touch neighbouring memory (fast on a GPU) and integer divisions are
-// few per element (they are slow on a CPU).
+// LeNet's layers. Each kernel is a functor run by mgpu::for_each_index (one call per element)
+// or mgpu::for_each_span (one call per block of contiguous output, cut into single elements on
+// a GPU and kept whole on a CPU); the comment above each says what its items are.
 #include "layers.h"
 
 #include <cmath>
@@ -13,105 +12,182 @@ namespace lenet {
 namespace {
 
 using mgpu::for_each_index;
+using mgpu::for_each_span;
 using mgpu::gemm;
 using mgpu::Transpose;
 using i64 = std::int64_t;
 
-// Item: one (row r = (c, ky, kx), image b) pair of col: Ho*Wo contiguous outputs, copied
-// row by row from the input plane shifted by (ky, kx). Contiguous inner loops keep a CPU's
-// vector units busy; a GPU gets C*k*k*B items, enough to fill it.
+// Calls g(row, x0, x1) for each row segment of the elements [begin, end) of a row-major
+// plane `width` elements wide: elements x0..x1-1 of row `row`. One division, then whole rows:
+// a CPU core gets contiguous inner loops, a GPU thread (begin + 1 == end) one element.
+template <class G>
+MGPU_HD void for_each_row_segment(int begin, int end, int width, G g) {
+  int row = begin / width, x0 = begin - row * width;
+  while (begin < end) {
+    const int x1 = x0 + (end - begin) < width ? x0 + (end - begin) : width;
+    g(row, x0, x1);
+    begin += x1 - x0;
+    ++row, x0 = 0;
+  }
+}
+
+// The inner loops of the layout kernels, over elements [x0, x1) of one row. __restrict__ on
+// a function's parameters promises the compiler that the arrays do not overlap, which is what
+// lets it vectorize these loops on a CPU without checking for overlap at run time.
+MGPU_HD inline void copy_row(const float* __restrict__ in, float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] = in[x];
+}
+MGPU_HD inline void add_row(const float* __restrict__ in, float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] += in[x];
+}
+MGPU_HD inline void zero_row(float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] = 0.0f;
+}
+// out[x] = mean of the 2x2 window whose top-left pixel is in[2x] (`width` apart: the next row)
+MGPU_HD inline void average_row(const float* __restrict__ in, int width, float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] = 0.25f * (in[2 * x] + in[2 * x + 1] + in[width + 2 * x] + in[width + 2 * x + 1]);
+}
+// out[x] = a quarter of g[x / 2], the gradient of the window pixel x belongs to; with h, only
+// where h[x] > 0 (ReLU's backward). The quarter is computed before the choice: no branch.
+MGPU_HD inline void quarter_row(const float* __restrict__ g, const float* __restrict__ h, float* __restrict__ out,
+                                int x0, int x1) {
+  if (h) {
+    for (int x = x0; x < x1; ++x) {
+      const float quarter = 0.25f * g[x >> 1];
+      out[x] = h[x] > 0 ? quarter : 0.0f;
+    }
+  } else {
+    for (int x = x0; x < x1; ++x) out[x] = 0.25f * g[x >> 1];
+  }
+}
+
+// The layout kernels below are for_each_span functors (common/parallel.h): f(item, begin,
+// end) computes elements [begin, end) of the item's contiguous block of OUTPUT, each element
+// written by its one owner (no atomics). A GPU runs them one element per thread, a CPU core
+// one whole item at a time.
+
+// Item: one (row r = (c, ky, kx), image b) pair of col, a block of Ho*Wo contiguous outputs:
+// col[r][b][oy][ox] = x[c][b][oy + ky][ox + kx].
 struct Im2col {
   const float* x;
   float* col;
-  int C, B, H, W, k, Ho, Wo;
-  MGPU_HD void operator()(i64 item) const {
+  int B, H, W, k, Ho, Wo;
+  MGPU_HD void operator()(i64 item, int begin, int end) const {
     // 32-bit divisions: several times cheaper than 64-bit ones on a CPU.
     const int r = int(item / B), b = int(item % B);
     const int c = r / (k * k), ky = r / k % k, kx = r % k;
-    // __restrict__: src and dst never overlap, so the compiler may vectorize the copy.
-    const float* __restrict__ src = x + ((i64(c) * B + b) * H + ky) * W + kx;
-    float* __restrict__ dst = col + (i64(r) * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
-    for (int oy = 0; oy < Ho; ++oy, src += W, dst += Wo)
-      for (int ox = 0; ox < Wo; ++ox) dst[ox] = src[ox];
+    const float* src = x + ((i64(c) * B + b) * H + ky) * W + kx;  // = &x[c][b][ky][kx]
+    float* dst = col + item * Ho * Wo;                            // = &col[r][b][0][0]
+    for_each_row_segment(begin, end, Wo, [&](int oy, int x0, int x1) { copy_row(src + oy * W, dst + oy * Wo, x0, x1); });
   }
 };
 
-// Item: one image plane (c, b) of dx. The adjoint of im2col: every col entry is added back
-// to the pixel it was copied from. One item owns its whole plane, so no two items ever
-// write the same element (no atomics needed).
+// Item: one image plane (c, b) of dx, H*W outputs. The adjoint of im2col: pixel (y, x) is the
+// sum of the k*k col entries that copied it, those of the windows (ky, kx) with
+// 0 <= y - ky < Ho and 0 <= x - kx < Wo. Each output has one owner, so no atomics are needed.
+// The owner of a whole plane (a CPU core) adds the windows' col blocks in one after the other,
+// streaming through col in order; the owner of one pixel (a GPU thread) gathers its k*k terms.
+// Both add a pixel's terms in the same order, (ky, kx) ascending, so both give the same bits.
 struct Col2im {
   const float* col;
   float* dx;
-  int C, B, H, W, k, Ho, Wo;
-  MGPU_HD void operator()(i64 item) const {
+  int B, H, W, k, Ho, Wo;
+  MGPU_HD void operator()(i64 item, int begin, int end) const {
     const i64 c = item / B, b = item % B;
-    float* plane = dx + item * H * W;  // = dx[c][b]
-    for (int i = 0; i < H * W; ++i) plane[i] = 0.0f;
-    for (int ky = 0; ky < k; ++ky)
-      for (int kx = 0; kx < k; ++kx) {
-        const i64 r = (c * k + ky) * k + kx;
-        const float* __restrict__ src = col + (r * B + b) * Ho * Wo;  // = col[r][b*Ho*Wo]
-        float* __restrict__ dst = plane + ky * W + kx;
-        for (int oy = 0; oy < Ho; ++oy, src += Wo, dst += W)
-          for (int ox = 0; ox < Wo; ++ox) dst[ox] += src[ox];
-      }
+    float* plane = dx + item * H * W;  // = &dx[c][b][0][0]
+    if (begin == 0 && end == H * W) {  // the whole plane
+      zero_row(plane, 0, H * W);
+      for (int ky = 0; ky < k; ++ky)
+        for (int kx = 0; kx < k; ++kx) {
+          const float* block = col + (((c * k + ky) * k + kx) * B + b) * Ho * Wo;  // = &col[r][b][0][0]
+          for (int oy = 0; oy < Ho; ++oy) add_row(block + oy * Wo, plane + (oy + ky) * W + kx, 0, Wo);
+        }
+      return;
+    }
+    for (int i = begin; i < end; ++i) {  // pixel by pixel
+      const int y = i / W, x = i % W;
+      float sum = 0.0f;
+      for (int ky = 0; ky < k; ++ky)
+        for (int kx = 0; kx < k; ++kx) {
+          const int oy = y - ky, ox = x - kx;
+          if (oy >= 0 && oy < Ho && ox >= 0 && ox < Wo) sum += col[((((c * k + ky) * k + kx) * B + b) * Ho + oy) * Wo + ox];
+        }
+      plane[i] = sum;
+    }
   }
 };
 
-// Item: one image plane (c, b): H x W in, Ho x Wo out.
+// Item: one image plane (c, b) of y, Ho*Wo outputs: the mean of each 2x2 window of x.
 struct AvgPoolForward {
   const float* x;
   float* y;
   int H, W, Ho, Wo;
-  MGPU_HD void operator()(i64 plane) const {
-    const float* __restrict__ in = x + plane * H * W;
-    float* __restrict__ out = y + plane * Ho * Wo;
-    for (int oy = 0; oy < Ho; ++oy, in += 2 * W, out += Wo)
-      for (int ox = 0; ox < Wo; ++ox)
-        out[ox] = 0.25f * (in[2 * ox] + in[2 * ox + 1] + in[W + 2 * ox] + in[W + 2 * ox + 1]);
+  MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    for_each_row_segment(begin, end, Wo, [&](int oy, int x0, int x1) {
+      average_row(x + (plane * H + 2 * oy) * W, W, y + (plane * Ho + oy) * Wo, x0, x1);
+    });
   }
 };
 
-// Item: one image plane (c, b). Each input pixel in a window gets a quarter of that window's
-// gradient; the pixels of a dropped odd last row or column get none.
+// Item: one image plane (c, b) of dx, H*W outputs, as a gather: pixel (y, x) gets a quarter of
+// its window's gradient, or nothing in a dropped odd last row or column. With relu_output
+// (the forward ReLU's output h, the pooling's input) ReLU's backward is applied in the same
+// pass: nothing where h <= 0.
 struct AvgPoolBackward {
   const float* dy;
+  const float* relu_output;  // may be null
   float* dx;
   int H, W, Ho, Wo;
-  MGPU_HD void operator()(i64 plane) const {
-    const float* __restrict__ g = dy + plane * Ho * Wo;
-    float* __restrict__ out = dx + plane * H * W;
-    for (int oy = 0; oy < Ho; ++oy, g += Wo, out += 2 * W) {
-      for (int ox = 0; ox < Wo; ++ox) {
-        const float quarter = 0.25f * g[ox];
-        out[2 * ox] = out[2 * ox + 1] = out[W + 2 * ox] = out[W + 2 * ox + 1] = quarter;
-      }
-      if (W > 2 * Wo) out[W - 1] = out[2 * W - 1] = 0.0f;  // odd width: last column
-    }
-    if (H > 2 * Ho)  // odd height: last row
-      for (int x = 0; x < W; ++x) out[x] = 0.0f;
+  MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    for_each_row_segment(begin, end, W, [&](int y, int x0, int x1) {
+      float* out = dx + (plane * H + y) * W;
+      // Pixels [x0, xe) lie in a window; the rest of the segment was dropped by the pooling.
+      const int xe = y < 2 * Ho ? (x1 < 2 * Wo ? x1 : 2 * Wo) : x0;
+      if (xe > x0)
+        quarter_row(dy + (plane * Ho + y / 2) * Wo, relu_output ? relu_output + (plane * H + y) * W : nullptr, out,
+                    x0, xe);
+      zero_row(out, xe > x0 ? xe : x0, x1);
+    });
   }
 };
 
-// Item: one feature f = (c, s) of the flat output; it walks the batch.
+// Item: one feature f = (c, s) of the flat output, a row of B outputs y[f][0..B).
 struct Flatten {
   const float* x;
   float* y;
   int B, S;  // S = H * W
-  MGPU_HD void operator()(i64 f) const {
+  MGPU_HD void operator()(i64 f, int begin, int end) const {
     const i64 c = f / S, s = f % S;
-    for (int b = 0; b < B; ++b) y[f * B + b] = x[(c * B + b) * S + s];
+    for (int b = begin; b < end; ++b) y[f * B + b] = x[(c * B + b) * S + s];
   }
 };
 
-// Item: one image plane (c, b); it walks the plane's S pixels.
+// Item: one image plane (c, b), S outputs dx[c][b][0..S).
 struct Unflatten {
   const float* dy;
   float* dx;
   int B, S;
-  MGPU_HD void operator()(i64 q) const {
+  MGPU_HD void operator()(i64 q, int begin, int end) const {
     const i64 c = q / B, b = q % B;
-    for (int s = 0; s < S; ++s) dx[q * S + s] = dy[(c * S + s) * B + b];
+    for (int s = begin; s < end; ++s) dx[q * S + s] = dy[(c * S + s) * B + b];
+  }
+};
+
+// Item: one output row r (a channel, or a dense layer's output unit), n outputs:
+// z[r][j] = act(z[r][j] + b[r]). Adding the bias here instead of in a separate product
+// (b ones^T) and applying ReLU in the same pass reads and writes z once instead of three times.
+struct BiasActivation {
+  float* z;
+  const float* b;
+  i64 n;
+  bool relu;
+  MGPU_HD void operator()(i64 r, int begin, int end) const {
+    float* row = z + r * n;
+    const float bias = b[r];
+    if (relu)
+      for (int j = begin; j < end; ++j) row[j] = row[j] + bias > 0 ? row[j] + bias : 0.0f;
+    else
+      for (int j = begin; j < end; ++j) row[j] += bias;
   }
 };
 
@@ -170,23 +246,27 @@ struct AddInto {  // dst += src
 
 void im2col(const Device& d, const float* x, ImageShape s, int k, float* col) {
   const int Ho = s.height - k + 1, Wo = s.width - k + 1;
-  for_each_index(d, i64(s.channels) * k * k * s.batch, Im2col{x, col, s.channels, s.batch, s.height, s.width, k, Ho, Wo});
+  for_each_span(d, i64(s.channels) * k * k * s.batch, Ho * Wo, Im2col{x, col, s.batch, s.height, s.width, k, Ho, Wo});
 }
 
 void col2im(const Device& d, const float* col, ImageShape s, int k, float* dx) {
   const int Ho = s.height - k + 1, Wo = s.width - k + 1;
-  for_each_index(d, i64(s.channels) * s.batch, Col2im{col, dx, s.channels, s.batch, s.height, s.width, k, Ho, Wo});
+  for_each_span(d, i64(s.channels) * s.batch, s.height * s.width, Col2im{col, dx, s.batch, s.height, s.width, k, Ho, Wo});
+}
+
+void bias_activation(const Device& d, float* z, const float* b, int rows, i64 row_length, Activation act) {
+  for_each_span(d, rows, static_cast<int>(row_length), BiasActivation{z, b, row_length, act == Activation::Relu});
 }
 
 void conv2d_forward(const Device& d, const float* x, ImageShape s, const float* W, const float* b,
-                    int out_channels, int k, const float* ones, float* col, float* z) {
+                    int out_channels, int k, Activation act, float* col, float* z) {
   const int P = s.batch * (s.height - k + 1) * (s.width - k + 1);  // output pixels, all images
   const int K = s.channels * k * k;                                // inputs per output pixel
   im2col(d, x, s, k, col);
-  // z = b ones^T            [Cout x P] = [Cout x 1][1 x P]
-  gemm(d, Transpose::No, Transpose::No, out_channels, P, 1, 1.0f, b, ones, 0.0f, z);
-  // z += W col              [Cout x P] = [Cout x K][K x P]
-  gemm(d, Transpose::No, Transpose::No, out_channels, P, K, 1.0f, W, col, 1.0f, z);
+  // z = W col               [Cout x P] = [Cout x K][K x P]
+  gemm(d, Transpose::No, Transpose::No, out_channels, P, K, 1.0f, W, col, 0.0f, z);
+  // z = act(z + b), the bias broadcast along each channel's row of P pixels
+  bias_activation(d, z, b, out_channels, P, act);
 }
 
 void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float* W, int out_channels, int k,
@@ -195,7 +275,7 @@ void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float
   const int K = s.channels * k * k;
   // dW += dz col^T          [Cout x K] = [Cout x P][P x K]
   gemm(d, Transpose::No, Transpose::Yes, out_channels, K, P, 1.0f, dz, col, 1.0f, dW);
-  // db += dz ones           [Cout x 1] = [Cout x P][P x 1]
+  // db += dz ones           [Cout x 1] = [Cout x P][P x 1]: each row of dz summed
   gemm(d, Transpose::No, Transpose::No, out_channels, 1, P, 1.0f, dz, ones, 1.0f, db);
   if (!dx) return;
   // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]; then fold the windows back
@@ -209,29 +289,31 @@ void relu_backward(const Device& d, const float* h, float* dh, i64 n) { for_each
 
 void avgpool2_forward(const Device& d, const float* x, ImageShape s, float* y) {
   const int Ho = s.height / 2, Wo = s.width / 2;
-  for_each_index(d, i64(s.channels) * s.batch, AvgPoolForward{x, y, s.height, s.width, Ho, Wo});
+  for_each_span(d, i64(s.channels) * s.batch, Ho * Wo, AvgPoolForward{x, y, s.height, s.width, Ho, Wo});
 }
 
-void avgpool2_backward(const Device& d, const float* dy, ImageShape s, float* dx) {
+void avgpool2_backward(const Device& d, const float* dy, ImageShape s, float* dx, const float* relu_output) {
   const int Ho = s.height / 2, Wo = s.width / 2;
-  for_each_index(d, i64(s.channels) * s.batch, AvgPoolBackward{dy, dx, s.height, s.width, Ho, Wo});
+  for_each_span(d, i64(s.channels) * s.batch, s.height * s.width,
+                AvgPoolBackward{dy, relu_output, dx, s.height, s.width, Ho, Wo});
 }
 
 void flatten(const Device& d, const float* x, ImageShape s, float* y) {
   const int S = s.height * s.width;
-  for_each_index(d, i64(s.channels) * S, Flatten{x, y, s.batch, S});
+  for_each_span(d, i64(s.channels) * S, s.batch, Flatten{x, y, s.batch, S});
 }
 
 void unflatten(const Device& d, const float* dy, ImageShape s, float* dx) {
-  for_each_index(d, i64(s.channels) * s.batch, Unflatten{dy, dx, s.batch, s.height * s.width});
+  const int S = s.height * s.width;
+  for_each_span(d, i64(s.channels) * s.batch, S, Unflatten{dy, dx, s.batch, S});
 }
 
 void dense_forward(const Device& d, const float* x, int in, int batch, const float* W, const float* b, int out,
-                   const float* ones, float* z) {
-  // z = b ones^T            [out x B] = [out x 1][1 x B]
-  gemm(d, Transpose::No, Transpose::No, out, batch, 1, 1.0f, b, ones, 0.0f, z);
-  // z += W^T x              [out x B] = [out x in][in x B]
-  gemm(d, Transpose::Yes, Transpose::No, out, batch, in, 1.0f, W, x, 1.0f, z);
+                   Activation act, float* z) {
+  // z = W^T x               [out x B] = [out x in][in x B]
+  gemm(d, Transpose::Yes, Transpose::No, out, batch, in, 1.0f, W, x, 0.0f, z);
+  // z = act(z + b)
+  bias_activation(d, z, b, out, batch, act);
 }
 
 void dense_backward(const Device& d, const float* dz, const float* x, int in, int batch, const float* W, int out,

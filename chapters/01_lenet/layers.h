@@ -9,8 +9,9 @@
 // Conventions. Forward functions overwrite their outputs. Backward functions ADD the
 // parameter gradients into dW and db (so a batch can be processed in chunks and the
 // gradients sum up) and overwrite the input gradient dx; dx == nullptr skips it.
-// `ones` is a vector of 1.0f at least as long as the longest row it meets: a bias add is
-// the outer product b * ones^T, a bias gradient is the product dz * ones.
+// Forward layers add their bias and apply their activation in one pass over the output
+// (bias_activation). `ones` is a vector of 1.0f at least as long as the longest row a backward
+// pass meets: a bias gradient is the product dz * ones (each row of dz summed).
 #pragma once
 #include <cstdint>
 
@@ -31,30 +32,41 @@ void im2col(const Device& d, const float* x, ImageShape xs, int k, float* col);
 // The adjoint of im2col: dx[c][b][y][x] = sum of every col entry that copied x[c][b][y][x].
 void col2im(const Device& d, const float* col, ImageShape xs, int k, float* dx);
 
-// z [Cout][B][Ho][Wo] = W * im2col(x) + b; col (scratch, kept for the backward pass).
+// What a layer applies to its output after the bias: nothing, or ReLU (max(z, 0)).
+enum class Activation { None, Relu };
+
+// z [rows][row_length] = act(z + b), b [rows] broadcast along each row: the bias added and the
+// activation applied in one pass over z.
+void bias_activation(const Device& d, float* z, const float* b, int rows, std::int64_t row_length, Activation act);
+
+// z [Cout][B][Ho][Wo] = act(W * im2col(x) + b); col (scratch, kept for the backward pass).
 void conv2d_forward(const Device& d, const float* x, ImageShape xs, const float* W, const float* b,
-                    int out_channels, int k, const float* ones, float* col, float* z);
+                    int out_channels, int k, Activation act, float* col, float* z);
 // From dz [Cout][B][Ho][Wo] and the forward pass's col: dW += dz col^T, db += dz ones,
 // dx = col2im(W^T dz) (dcol is scratch of col's size).
 void conv2d_backward(const Device& d, const float* dz, ImageShape xs, const float* W, int out_channels, int k,
                      const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx);
 
-// --- ReLU, in place. Backward: dh *= (h > 0), where h is the forward output.
+// --- ReLU, in place. Backward: dh *= (h > 0), where h is the forward output. (LeNet applies
+// them fused into the layers around them: bias_activation and avgpool2_backward.)
 void relu_forward(const Device& d, float* z, std::int64_t n);
 void relu_backward(const Device& d, const float* h, float* dh, std::int64_t n);
 
 // --- 2x2 average pooling, stride 2: y [C][B][H/2][W/2]. An odd last row/column is
 // dropped, as PyTorch's avg_pool2d does (LeNet's 9x9 -> 4x4).
 void avgpool2_forward(const Device& d, const float* x, ImageShape xs, float* y);
-void avgpool2_backward(const Device& d, const float* dy, ImageShape xs, float* dx);
+// With relu_output (the ReLU output h that was pooled), ReLU's backward is applied too:
+// dx is zero wherever h <= 0, so that dx is the gradient with respect to the ReLU's input.
+void avgpool2_backward(const Device& d, const float* dy, ImageShape xs, float* dx,
+                       const float* relu_output = nullptr);
 
 // --- flatten [C][B][H][W] -> [C*H*W][B] (feature f = (c*H + y)*W + x, d2l's order); and back.
 void flatten(const Device& d, const float* x, ImageShape xs, float* y);
 void unflatten(const Device& d, const float* dy, ImageShape xs, float* dx);
 
-// --- dense: z [out][B] = W^T x + b, with W [in][out] (d2l's torch.mm(X, W) + b, transposed).
+// --- dense: z [out][B] = act(W^T x + b), with W [in][out] (d2l's torch.mm(X, W) + b, transposed).
 void dense_forward(const Device& d, const float* x, int in, int batch, const float* W, const float* b, int out,
-                   const float* ones, float* z);
+                   Activation act, float* z);
 void dense_backward(const Device& d, const float* dz, const float* x, int in, int batch, const float* W, int out,
                     const float* ones, float* dW, float* db, float* dx);
 

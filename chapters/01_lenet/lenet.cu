@@ -11,35 +11,35 @@ namespace {
 
 constexpr int kSide = 28, kPixels = kSide * kSide;
 
-// Item: one row of one image of the batch; it copies 28 pixels (and, once, the label).
-struct GatherRows {
+// Item: one example b of the batch, 784 contiguous outputs x[b][0..784) copied from the
+// example order[b] of the dataset (and its label, by the owner of pixel 0).
+struct GatherImages {
   const float* pixels;
   const std::int32_t* labels;
   const std::int32_t* order;
   float* x;
   std::int32_t* y;
-  MGPU_HD void operator()(std::int64_t q) const {
-    const std::int64_t b = q / kSide, row = q % kSide;
+  MGPU_HD void operator()(std::int64_t b, int begin, int end) const {
     const std::int64_t example = order[b];
-    const float* src = pixels + example * kPixels + row * kSide;
-    float* dst = x + b * kPixels + row * kSide;
-    for (int i = 0; i < kSide; ++i) dst[i] = src[i];
-    if (row == 0) y[b] = labels[example];
+    const float* __restrict__ src = pixels + example * kPixels;
+    float* __restrict__ dst = x + b * kPixels;
+    for (int i = begin; i < end; ++i) dst[i] = src[i];
+    if (begin == 0) y[b] = labels[example];
   }
 };
 
-// A single item: adds n per-example losses and hits into the running sums. n is at most a
-// batch, so one thread is enough, and the result stays on the device.
+// Item: one slot s of the metrics: adds the losses and hits of examples s, s + kSlots, ...
+// (fewer than n) into slot s's partial sums.
 struct AddMetrics {
   const float* loss;
   const float* correct;
-  double* sums;
+  double* sums;  // [2][kSlots]
   int n;
-  MGPU_HD void operator()(std::int64_t) const {
+  MGPU_HD void operator()(std::int64_t s) const {
     double l = 0, c = 0;
-    for (int i = 0; i < n; ++i) l += loss[i], c += correct[i];
-    sums[0] += l;
-    sums[1] += c;
+    for (std::int64_t i = s; i < n; i += Metrics::kSlots) l += loss[i], c += correct[i];
+    sums[s] += l;
+    sums[Metrics::kSlots + s] += c;
   }
 };
 
@@ -65,14 +65,21 @@ HostParams init_params(std::uint64_t seed, float scale) {
 
 std::int64_t offset_of(int t) {
   std::int64_t offset = 0;
-  for (int i = 0; i < t; ++i) offset += kParams[i].count;
+  for (int i = 0; i < t; ++i) {
+    offset += kParams[i].count;
+    offset = (offset + kFlatAlignment - 1) / kFlatAlignment * kFlatAlignment;  // round up
+  }
   return offset;
 }
+
+std::int64_t flat_count() { return offset_of(kParamTensors); }
 
 float* Params::flat() {
   if (layout() != Layout::Flat) throw mgpu::Error("Params::flat: these parameters are stored tensor by tensor");
   return storage[0].data();
 }
+
+const float* Params::flat() const { return const_cast<Params*>(this)->flat(); }
 
 void Params::zero() {
   for (auto& buffer : storage) buffer.zero();  // one memset for Flat, eight for PerTensor
@@ -91,7 +98,7 @@ HostParams Params::download() const {
 Params zero_params(const Device& d, Layout layout) {
   Params p;
   if (layout == Layout::Flat) {
-    p.storage.emplace_back(d, parameter_count());
+    p.storage.emplace_back(d, flat_count());
     for (int i = 0; i < kParamTensors; ++i) p.tensors[i] = p.storage[0].data() + offset_of(i);
   } else {
     for (int i = 0; i < kParamTensors; ++i) {
@@ -132,18 +139,14 @@ Workspace::Workspace(const Device& d, int B)
 }
 
 void forward(const Device& d, Params& p, Workspace& ws, const float* x, int n) {
-  const float* ones = ws.ones.data();
   const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
-  conv2d_forward(d, x, in, p.W1(), p.b1(), 20, 3, ones, ws.col1.data(), ws.h1.data());
-  relu_forward(d, ws.h1.data(), c1.size());
+  conv2d_forward(d, x, in, p.W1(), p.b1(), 20, 3, Activation::Relu, ws.col1.data(), ws.h1.data());
   avgpool2_forward(d, ws.h1.data(), c1, ws.p1.data());
-  conv2d_forward(d, ws.p1.data(), s1, p.W2(), p.b2(), 50, 5, ones, ws.col2.data(), ws.h2.data());
-  relu_forward(d, ws.h2.data(), c2.size());
+  conv2d_forward(d, ws.p1.data(), s1, p.W2(), p.b2(), 50, 5, Activation::Relu, ws.col2.data(), ws.h2.data());
   avgpool2_forward(d, ws.h2.data(), c2, ws.p2.data());
   flatten(d, ws.p2.data(), s2, ws.f.data());
-  dense_forward(d, ws.f.data(), 800, n, p.W3(), p.b3(), 128, ones, ws.h3.data());
-  relu_forward(d, ws.h3.data(), std::int64_t(128) * n);
-  dense_forward(d, ws.h3.data(), 128, n, p.W4(), p.b4(), 10, ones, ws.z4.data());
+  dense_forward(d, ws.f.data(), 800, n, p.W3(), p.b3(), 128, Activation::Relu, ws.h3.data());
+  dense_forward(d, ws.h3.data(), 128, n, p.W4(), p.b4(), 10, Activation::None, ws.z4.data());
 }
 
 void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, bool with_gradient) {
@@ -157,20 +160,20 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   auto layer_done = [&](int layer) {
     if (ready) ready(layer);
   };
-  // The forward pass in reverse; each line's comment names the gradient it produces.
+  // The forward pass in reverse; each line's comment names the gradient it produces. The
+  // ReLUs' backward passes ride along with the kernels before them (relu_backward, and
+  // avgpool2_backward given the ReLU's output).
   dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
   layer_done(3);                                                                                             // W4, b4
   relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3
   dense_backward(d, ws.dh3.data(), ws.f.data(), 800, n, p.W3(), 128, ones, g.W3(), g.b3(), ws.df.data());   // df
   layer_done(2);                                                                                             // W3, b3
   unflatten(d, ws.df.data(), s2, ws.dp2.data());                                                             // dp2
-  avgpool2_backward(d, ws.dp2.data(), c2, ws.dh2.data());                                                    // dh2
-  relu_backward(d, ws.h2.data(), ws.dh2.data(), c2.size());                                                  // dz2
+  avgpool2_backward(d, ws.dp2.data(), c2, ws.dh2.data(), /*relu_output=*/ws.h2.data());                     // dz2
   conv2d_backward(d, ws.dh2.data(), s1, p.W2(), 50, 5, ws.col2.data(), ones, g.W2(), g.b2(), ws.dcol2.data(),
                   ws.dp1.data());                                                                            // dp1
   layer_done(1);                                                                                             // W2, b2
-  avgpool2_backward(d, ws.dp1.data(), c1, ws.dh1.data());                                                    // dh1
-  relu_backward(d, ws.h1.data(), ws.dh1.data(), c1.size());                                                  // dz1
+  avgpool2_backward(d, ws.dp1.data(), c1, ws.dh1.data(), /*relu_output=*/ws.h1.data());                     // dz1
   // The images need no gradient: conv1 computes dW1 and db1 only (its input is in ws.col1).
   conv2d_backward(d, ws.dh1.data(), in, p.W1(), 20, 3, ws.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
   layer_done(0);                                                                                             // W1, b1
@@ -183,17 +186,18 @@ DeviceImages::DeviceImages(const Device& d, const mgpu::LabeledImages& host)
 }
 
 std::array<double, 2> Metrics::read() const {
-  const std::vector<double> host = sums.download();
-  return {host[0], host[1]};
+  const std::vector<double> slots = sums.download();  // [2][kSlots]
+  double loss = 0, hits = 0;
+  for (int s = 0; s < kSlots; ++s) loss += slots[s], hits += slots[kSlots + s];
+  return {loss, hits};
 }
 
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m) {
-  mgpu::for_each_index(d, 1, AddMetrics{ws.loss.data(), ws.correct.data(), m.sums.data(), n});
+  mgpu::for_each_index(d, std::min(n, Metrics::kSlots), AddMetrics{ws.loss.data(), ws.correct.data(), m.sums.data(), n});
 }
 
 void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out) {
-  mgpu::for_each_index(d, std::int64_t(n) * kSide,
-                       GatherRows{data.pixels.data(), data.labels.data(), order, out.x.data(), out.y.data()});
+  mgpu::for_each_span(d, n, kPixels, GatherImages{data.pixels.data(), data.labels.data(), order, out.x.data(), out.y.data()});
 }
 
 Lanes::Lanes(const Device& d, int lanes, int capacity) {
@@ -201,7 +205,7 @@ Lanes::Lanes(const Device& d, int lanes, int capacity) {
   for (int l = 0; l < lanes; ++l) {
     workspaces.emplace_back(d, capacity);
     metrics.emplace_back(d);
-    if (l > 0) grads.push_back(zero_params(d));
+    if (l > 0) grads.push_back(zero_params(d, Layout::Flat));
   }
 }
 
@@ -213,14 +217,22 @@ Lanes make_lanes(const Device& d, int batch_size) {
 
 namespace {
 
-struct AddSums {  // a single item: dst[0..1] += src[0..1]
+struct AddSums {  // item i: dst[i] += src[i], over a Metrics' 2 * kSlots partial sums
   double* dst;
   const double* src;
-  MGPU_HD void operator()(std::int64_t) const {
-    dst[0] += src[0];
-    dst[1] += src[1];
-  }
+  MGPU_HD void operator()(std::int64_t i) const { dst[i] += src[i]; }
 };
+
+// g's tensors of layer l (2l and 2l + 1) += those of lane_g (Flat): one kernel when g is Flat
+// too (the two tensors and the padding between them are neighbours), else one per tensor.
+void add_layer(const Device& d, Params& g, const Params& lane_g, int layer) {
+  if (g.layout() == Layout::Flat) {
+    const std::int64_t begin = offset_of(2 * layer), end = offset_of(2 * layer + 2);
+    add_into(d, g.flat() + begin, lane_g.flat() + begin, end - begin);
+  } else {
+    for (int i = 2 * layer; i <= 2 * layer + 1; ++i) add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
+  }
+}
 
 // Calls f(lane, start, size) for every chunk [start, start + size) of n examples: chunk c goes
 // to lane c % lanes.count(), and the lanes run at once (see for_each_lane).
@@ -256,15 +268,18 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
   // Sum the lanes, a small allreduce between the cores of one device, layer by layer from the
   // last, so that each layer can be announced as soon as it is complete.
   for (int layer = kLayers - 1; layer >= 0; --layer) {
-    for (const Params& lane_g : lanes.grads)
-      for (int i = 2 * layer; i <= 2 * layer + 1; ++i) add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
+    for (const Params& lane_g : lanes.grads) add_layer(d, g, lane_g, layer);
     if (ready && !told) ready(layer);
   }
   for (const Metrics& lm : lanes.metrics)
-    mgpu::for_each_index(d, 1, AddSums{m.sums.data(), lm.sums.data()});
+    mgpu::for_each_index(d, 2 * Metrics::kSlots, AddSums{m.sums.data(), lm.sums.data()});
 }
 
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) {
+  if (p.layout() == Layout::Flat && g.layout() == Layout::Flat) {  // one kernel for everything
+    sgd_update(d, p.flat(), g.flat(), flat_count(), lr / batch_size);
+    return;
+  }
   for (int i = 0; i < kParamTensors; ++i)
     sgd_update(d, p.tensors[i], g.tensors[i], kParams[i].count, lr / batch_size);
 }

@@ -41,11 +41,15 @@ HostParams init_params(std::uint64_t seed, float scale = 0.01f);
 
 // The eight arrays on one device, as eight views (W1 .. b4) into memory the Params owns.
 // Gradients use the same type. Where that memory lives is the Layout:
-//   PerTensor  eight allocations, one per tensor (chapters 01-02: the plain way)
-//   Flat       one allocation of 129,068 floats, the eight tensors back to back at
-//              offset_of(t), so that one collective moves every gradient at once (chapter 03)
+//   PerTensor  eight allocations, one per tensor (chapter 02 teaches d2l's tensor-by-tensor way)
+//   Flat       one allocation of flat_count() floats, tensor t at offset_of(t), so that one
+//              collective moves every gradient at once (chapter 03) and one kernel updates
+//              every parameter. Each tensor starts on a multiple of kFlatAlignment floats (256
+//              bytes): GEMM, reduction and NCCL kernels use their widest (vectorized) loads
+//              only on aligned addresses. The few padding floats between tensors stay zero.
 // The layers only ever see the views, so forward and backward do not care which.
 enum class Layout { PerTensor, Flat };
+inline constexpr std::int64_t kFlatAlignment = 64;  // floats
 
 struct Params {
   std::array<float*, kParamTensors> tensors{};  // views, in kParams order
@@ -58,8 +62,9 @@ struct Params {
   float* W4() { return tensors[6]; }
   float* b4() { return tensors[7]; }
   Layout layout() const { return storage.size() == 1 ? Layout::Flat : Layout::PerTensor; }
-  // Flat layout only: all 129,068 values, [W1 | b1 | W2 | b2 | W3 | b3 | W4 | b4].
+  // Flat layout only: all flat_count() values, [W1 | pad | b1 | pad | W2 | ... | b4 | pad].
   float* flat();
+  const float* flat() const;
   void zero();
   void upload(const HostParams& host);  // checks every tensor's size
   HostParams download() const;
@@ -69,8 +74,12 @@ struct Params {
 };
 Params upload_params(const Device& d, const HostParams& host, Layout layout = Layout::PerTensor);
 Params zero_params(const Device& d, Layout layout = Layout::PerTensor);
-// Where tensor t starts in the Flat layout: the sum of the counts before it.
+// Where tensor t starts in the Flat layout: the end of tensor t - 1 rounded up to a multiple
+// of kFlatAlignment (W1 0, b1 192, W2 256, b2 25,280, W3 25,344, b3 127,744, W4 127,872, b4 129,152).
+// offset_of(kParamTensors) is flat_count().
 std::int64_t offset_of(int t);
+// The Flat layout's length: the 129,068 parameters and the padding, 129,216 floats.
+std::int64_t flat_count();
 
 // Every intermediate tensor of one forward + backward pass for up to `capacity` images.
 // Comments give shapes for B = capacity.
@@ -89,7 +98,7 @@ struct Workspace {
   // gradients of the loss with respect to each of the above
   mgpu::Buffer<float> dz4, dh3, df, dp2, dh2, dcol2, dp1, dh1;
   mgpu::Buffer<float> loss, correct;  // [B] per example
-  mgpu::Buffer<float> ones;           // [B*26*26] all 1.0f (bias adds and bias gradients)
+  mgpu::Buffer<float> ones;           // [B*26*26] all 1.0f (bias gradients: dz * ones)
 };
 
 // Logits ws.z4 [10][n] for n <= capacity images x [1][n][28][28].
@@ -116,12 +125,17 @@ struct DeviceImages {
   mgpu::Buffer<std::int32_t> labels;  // [count]
 };
 
-// Running sums over an epoch, kept on the device so no step waits for the host.
+// Running sums over an epoch, kept on the device so no step waits for the host. A sum of a
+// batch's losses is a reduction; done by one thread it would leave a GPU idle and, worse, be
+// serial in the batch size. Here it is done in two stages: each step adds example i into slot
+// i % kSlots (kSlots threads, each adding its few examples), and read() adds up the slots once
+// an epoch, when the host wants the number anyway.
 struct Metrics {
-  explicit Metrics(const Device& d) : sums(d, 2) { sums.zero(); }
-  mgpu::Buffer<double> sums;  // [loss sum, correct count]
+  static constexpr int kSlots = 1024;
+  explicit Metrics(const Device& d) : sums(d, 2 * kSlots) { sums.zero(); }
+  mgpu::Buffer<double> sums;  // [2][kSlots]: partial loss sums, then partial counts of correct answers
   void reset() { sums.zero(); }
-  std::array<double, 2> read() const;  // synchronizes
+  std::array<double, 2> read() const;  // [loss sum, correct count]; synchronizes
 };
 // Adds ws.loss and ws.correct of n examples into m.
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m);

@@ -8,8 +8,10 @@ namespace lenet {
 HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                  mgpu::TrainingLog& log) {
   const mgpu::Device& d = devices[0];
-  Params params = upload_params(d, init_params(o.seed));
-  Params grads = zero_params(d);
+  // One flat, aligned allocation each: one memset zeroes every gradient, one kernel updates
+  // every parameter (the layers see eight views either way).
+  Params params = upload_params(d, init_params(o.seed), Layout::Flat);
+  Params grads = zero_params(d, Layout::Flat);
   Lanes lanes = make_lanes(d, o.batch_size);
   const DeviceImages train_set(d, data.train), test_set(d, data.test);  // uploaded once
   mgpu::ShuffledBatches batches(train_set.count, o.batch_size, o.seed);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "common/batches.h"
 #include "common/timer.h"
@@ -41,7 +40,7 @@ Allreduce::Allreduce(const DeviceSet& devices, lenet::Layout layout, std::size_t
     : devices_(devices),
       layout_(layout),
       staging_(devices[0], max_elements       ? max_elements
-                           : layout == lenet::Layout::Flat ? std::size_t(lenet::parameter_count())
+                           : layout == lenet::Layout::Flat ? std::size_t(lenet::flat_count())
                                                            : largest_tensor()) {
   // Each event belongs to its device: done_[i] marks work of devices[i] only.
   for (int i = 0; i < devices.size(); ++i) done_.push_back(std::make_unique<mgpu::Event>(devices[i]));
@@ -91,7 +90,7 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
 
 void Allreduce::run(std::vector<Replica>& replicas) {
   if (layout_ == lenet::Layout::Flat) {  // one transfer of everything
-    run(flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
+    run(flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())});
     return;
   }
   for (int t = 0; t < lenet::kParamTensors; ++t) {  // eight transfers, one per tensor
@@ -123,12 +122,30 @@ void check_batches_fit(int train_examples, int batch_size, int k) {
                       "--limit-train or --batch-size)");
 }
 
-std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas) {
+DeviceData::DeviceData(const Device& d, const mgpu::LabeledImages& set) : images(d, set), order(d, set.count) {}
+
+std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu::LabeledImages& set) {
+  std::vector<int> identity(set.count);
+  for (int i = 0; i < set.count; ++i) identity[i] = i;
+  std::vector<DeviceData> data;
+  data.reserve(devices.size());
+  for (int i = 0; i < devices.size(); ++i) {
+    data.emplace_back(devices[i], set);
+    data.back().order.upload(identity);
+  }
+  return data;
+}
+
+std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
+  if (data.size() != replicas.size()) throw mgpu::Error("split_batch: one DeviceData per replica expected");
   const std::vector<int> sizes = shard_sizes(n, static_cast<int>(replicas.size()));
-  int start = 0;
+  if (first < 0 || first + n > data[0].images.count)
+    throw mgpu::Error("split_batch: examples " + std::to_string(first) + ".." + std::to_string(first + n) +
+                      " of the order run past the " + std::to_string(data[0].images.count) + " examples");
+  int start = first;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
-    replicas[i].shard.x.upload(X + std::size_t(start) * kPixels, std::size_t(sizes[i]) * kPixels);
-    replicas[i].shard.y.upload(y + start, sizes[i]);
+    // Queued on device i: the next sizes[i] indices of the order pick the examples it copies.
+    lenet::gather(*replicas[i].device, data[i].images, data[i].order.data() + start, sizes[i], replicas[i].shard);
     start += sizes[i];
   }
   return sizes;
@@ -141,21 +158,6 @@ double synchronized_now(const std::vector<Replica>& replicas) {
   for (const Replica& r : replicas) mgpu::synchronize(*r.device);
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// One batch assembled on the host, as d2l's DataLoader hands it over: X [n][28][28], y [n].
-struct HostBatch {
-  explicit HostBatch(int capacity) : X(std::size_t(capacity) * kPixels), y(capacity) {}
-  // Copies the examples indices[0..n) of `set` into X and y.
-  void gather(const mgpu::LabeledImages& set, const int* indices, int n) {
-    for (int j = 0; j < n; ++j) {
-      std::memcpy(X.data() + std::size_t(j) * kPixels, set.pixels.data() + std::size_t(indices[j]) * kPixels,
-                  kPixels * sizeof(float));
-      y[j] = set.labels[indices[j]];
-    }
-  }
-  std::vector<float> X;
-  std::vector<std::int32_t> y;
-};
 
 // Examples [start, start + count) of a host dataset, as a new dataset.
 mgpu::LabeledImages slice(const mgpu::LabeledImages& set, int start, int count) {
@@ -180,7 +182,7 @@ std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostPa
 
 }  // namespace
 
-void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas,
+void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
                  GradientAllreduce& allreduce, float lr, StepTimes* times) {
   double t = times ? synchronized_now(replicas) : 0;
   auto lap = [&](double StepTimes::*phase) {
@@ -190,7 +192,7 @@ void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Repli
     t = now;
   };
 
-  const std::vector<int> sizes = split_batch(X, y, n, replicas);
+  const std::vector<int> sizes = split_batch(data, first, n, replicas);
   lap(&StepTimes::split);
   // Each call only queues work on its device's stream and returns, so the devices compute at
   // the same time. When measuring, each device's stream also notes when it began and ended.
@@ -238,18 +240,18 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
   for (std::size_t i = 0, start = 0; i < test_sizes.size(); start += test_sizes[i], ++i)
     test_sets.emplace_back(devices[i], slice(data.test, static_cast<int>(start), test_sizes[i]));
 
+  std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);  // once per run
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  HostBatch batch(o.batch_size);
   mgpu::SyncTimer timer(devices);
 
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     for (Replica& r : replicas) r.metrics.reset();
     timer.start();
     batches.start_epoch(epoch);
+    for (DeviceData& dd : train_data) dd.order.upload(batches.order());  // once per epoch
     for (int b = 0; b < batches.count(); ++b) {
       const int n = batches.size(b);
-      batch.gather(data.train, batches.indices(b), n);
-      train_batch(batch.X.data(), batch.y.data(), n, replicas, allreduce, o.lr);
+      train_batch(train_data, b * o.batch_size, n, replicas, allreduce, o.lr);
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
@@ -278,13 +280,14 @@ StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data
                         GradientAllreduce& allreduce, int steps) {
   std::vector<Replica> replicas =
       make_replicas(devices, lenet::init_params(o.seed), o.batch_size, allreduce.layout());
+  std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  HostBatch batch(o.batch_size);
+  batches.start_epoch(0);
+  for (DeviceData& dd : train_data) dd.order.upload(batches.order());
   StepTimes times;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms up (first-touch of memory, library setup)
     const int b = s % batches.count(), n = batches.size(b);
-    batch.gather(data.train, batches.indices(b), n);
-    train_batch(batch.X.data(), batch.y.data(), n, replicas, allreduce, o.lr, s == 0 ? nullptr : &times);
+    train_batch(train_data, b * o.batch_size, n, replicas, allreduce, o.lr, s == 0 ? nullptr : &times);
   }
   return times;
 }

@@ -3,7 +3,8 @@
 //
 //   get_params   the host parameters copied to a device, gradients zeroed
 //   Allreduce    d2l's allreduce: sum every device's gradients on device 0, copy the sum back
-//   split_batch  a batch cut into k shards (remainder-aware), each copied to its device
+//   DeviceData   the training set and the epoch's order, resident on every device
+//   split_batch  a batch cut into k shards (remainder-aware), each gathered by its device
 //   train_batch  forward + backward on every device, allreduce, the same SGD step everywhere
 //   train        d2l's train(num_gpus, batch_size, lr)
 #pragma once
@@ -52,7 +53,7 @@ class GradientAllreduce {
   virtual float result_scale() const { return 1.0f; }
 };
 
-// Every replica's flat gradient bucket (129,068 floats each): what a collective that sums
+// Every replica's flat gradient bucket (lenet::flat_count() = 129,216 floats each): what a collective that sums
 // everything in one call is given. Throws if the replicas store their gradients PerTensor.
 std::vector<float*> flat_gradients(std::vector<Replica>& replicas);
 
@@ -63,7 +64,7 @@ std::vector<float*> flat_gradients(std::vector<Replica>& replicas);
 class Allreduce : public GradientAllreduce {
  public:
   // For gradients stored PerTensor, run(replicas) makes one allreduce per tensor (d2l's way);
-  // for Flat ones, a single allreduce of all 129,068 values. The staging buffer holds the
+  // for Flat ones, a single allreduce of the whole flat bucket. The staging buffer holds the
   // largest single allreduce: max_elements, or by default what `layout` needs.
   explicit Allreduce(const DeviceSet& devices, lenet::Layout layout = lenet::Layout::PerTensor,
                      std::size_t max_elements = 0);
@@ -90,9 +91,23 @@ std::vector<int> shard_sizes(int n, int k);
 // batches, the short last one of each epoch included, would leave a device without an example.
 void check_batches_fit(int train_examples, int batch_size, int k);
 
-// d2l's split_batch(X, y, devices): X [n][28][28] and y [n] on the host; shard i (the next
-// shard_sizes(n, k)[i] examples) is copied into replicas[i].shard. Returns the shard sizes.
-std::vector<int> split_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas);
+// The training set on one device, uploaded once, and the epoch's order of its examples, uploaded
+// once per epoch. d2l's loop hands every batch from the host (its DataLoader) to the devices;
+// with the whole set on every device (188 MB of images: little beside a GPU's memory) no step
+// moves an image across the host link, and a step needs nothing from the host but kernel
+// launches. (The host's copy of the batch was a round trip per step, with a wait per device.)
+struct DeviceData {
+  DeviceData(const Device& d, const mgpu::LabeledImages& set);
+  lenet::DeviceImages images;        // [count][28][28] pixels, [count] labels
+  mgpu::Buffer<std::int32_t> order;  // [count]: the epoch's permutation (ShuffledBatches::order)
+};
+// One DeviceData per device, all with the whole of `set` (its order: 0, 1, 2, ... until set).
+std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu::LabeledImages& set);
+
+// d2l's split_batch(X, y, devices): the batch is the n examples order[first .. first + n) of
+// the epoch's order; shard i (the next shard_sizes(n, k)[i] of them) is gathered by device i,
+// from its own copy of the data, into replicas[i].shard. Returns the shard sizes.
+std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas);
 
 // Where one step's time goes, in seconds, summed over the steps measured.
 struct StepTimes {
@@ -109,7 +124,8 @@ struct StepTimes {
 // streams with cores of their own), allreduce the gradients, and let every device take the
 // same SGD step, dividing by the full batch size n. With `times`, the devices are synchronized
 // after each phase and the phases timed: use it only to measure.
-void train_batch(const float* X, const std::int32_t* y, int n, std::vector<Replica>& replicas,
+// The batch is order[first .. first + n) of every device's data (see split_batch).
+void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
                  GradientAllreduce& allreduce, float lr, StepTimes* times = nullptr);
 
 // d2l's train(num_gpus, batch_size, lr) on `devices`, summing gradients with `allreduce` (made

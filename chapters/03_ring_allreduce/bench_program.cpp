@@ -187,7 +187,7 @@ void print_interconnect_predictions(const Settings& settings, const std::string&
   std::ofstream csv(csv_path);
   if (!csv) throw mgpu::Error(csv_path + ": cannot be written");
   csv << "interconnect,devices,bytes,naive_us,ring_us\n";
-  const double lenet_bytes = double(lenet::parameter_count()) * sizeof(float);
+  const double lenet_bytes = double(lenet::flat_count()) * sizeof(float);  // the flat bucket
   const double large_bytes = double(std::size_t(256) << 20);
   for (const cost::Interconnect& c : cost::published_interconnects(settings.alpha_us * 1e-6)) {
     std::printf("\n# cost model, %s: B = %.0f GB/s each way per device, adds at %.0f GB/s, alpha = %.1f us\n"

@@ -13,12 +13,12 @@
 #include "compare.h"
 #include "ring.h"
 
-// One ring allreduce of LeNet's 129,068 gradients, step by step, as the devices ran it: each
+// One ring allreduce of LeNet's flat gradient bucket (129,216 floats), step by step, as the devices ran it: each
 // device's span in each step. Spans of one step that overlap are copies proceeding at once.
 void print_ring_timeline(const mgpu::DeviceSet& devices) {
   const int k = devices.size();
   if (k == 1) return;
-  const std::size_t n = lenet::parameter_count();
+  const std::size_t n = lenet::flat_count();
   std::vector<mgpu::Buffer<float>> buckets;
   std::vector<float*> data;
   for (int i = 0; i < k; ++i) {

@@ -13,7 +13,7 @@ Chunk chunk_of(Elements n, int k, int c) {
 }
 
 RingAllreduce::RingAllreduce(const DeviceSet& devices, std::size_t max_elements)
-    : devices_(devices), max_elements_(max_elements ? max_elements : std::size_t(lenet::parameter_count())) {
+    : devices_(devices), max_elements_(max_elements ? max_elements : std::size_t(lenet::flat_count())) {
   const std::size_t largest_chunk = chunk_of(Elements{max_elements_}, devices.size(), 0).count;
   for (int i = 0; i < devices.size(); ++i) {
     staging_.emplace_back(devices[i], largest_chunk);
@@ -111,7 +111,7 @@ std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<f
 }
 
 void RingAllreduce::run(std::vector<dp::Replica>& replicas) {
-  run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::parameter_count())});
+  run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::flat_count())});
 }
 
 }  // namespace ring

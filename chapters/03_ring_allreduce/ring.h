@@ -36,7 +36,7 @@ Chunk chunk_of(Elements n, int k, int c);
 class RingAllreduce : public dp::GradientAllreduce {
  public:
   // max_elements: the largest buffer run() will be given (each device keeps a staging buffer
-  // for one incoming chunk of it). By default, LeNet's 129,068 gradients.
+  // for one incoming chunk of it). By default, LeNet's flat bucket (lenet::flat_count()).
   explicit RingAllreduce(const DeviceSet& devices, std::size_t max_elements = 0);
   ~RingAllreduce() override;  // waits for the devices: queued copies may still use the staging buffers
   RingAllreduce(const RingAllreduce&) = delete;

@@ -47,7 +47,7 @@ void NcclAllreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
 }
 
 void NcclAllreduce::run(std::vector<dp::Replica>& replicas) {
-  run(dp::flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())});
+  run(dp::flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())});
 }
 
 float NcclAllreduce::result_scale() const {

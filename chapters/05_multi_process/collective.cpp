@@ -23,9 +23,10 @@ bool nccl_available() {
 }
 
 Slice layer_slice(int layer) {
-  const int w = 2 * layer, b = w + 1;
-  return {static_cast<std::size_t>(lenet::offset_of(w)),
-          mgpu::Elements{static_cast<std::size_t>(lenet::kParams[w].count + lenet::kParams[b].count)}};
+  // W and b are neighbours in the flat bucket: the slice runs from W's start to the next
+  // layer's, the padding after each included (it stays zero: summing it costs a few floats).
+  const std::int64_t begin = lenet::offset_of(2 * layer), end = lenet::offset_of(2 * layer + 2);
+  return {static_cast<std::size_t>(begin), mgpu::Elements{static_cast<std::size_t>(end - begin)}};
 }
 
 void GradientAllreduce::start_layer(lenet::Params& g, int layer) {
@@ -48,8 +49,8 @@ void GradientAllreduce::finish(lenet::Params& g) {
 
 namespace {
 
-// All 129,068 gradients.
-mgpu::Elements whole_bucket() { return mgpu::Elements{static_cast<std::size_t>(lenet::parameter_count())}; }
+// The whole flat bucket: the 129,068 gradients and the alignment padding, 129,216 floats.
+mgpu::Elements whole_bucket() { return mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())}; }
 
 // --- mpi ----------------------------------------------------------------------------------
 // MPI_Allreduce and MPI_Iallreduce, in place, on host memory. MPI makes progress on a
@@ -140,7 +141,7 @@ class MpiAllreduce : public GradientAllreduce {
   World world_;
   mgpu::Device device_;
   mgpu::SideStream copier_;        // the same device, a second stream for the copies down
-  mgpu::HostBuffer<float> host_;   // [129,068]: the bucket's host copy
+  mgpu::HostBuffer<float> host_;   // [129,216]: the bucket's host copy
   std::vector<std::unique_ptr<mgpu::Event>> ready_, copied_;  // per layer: backward done, copy down done
   std::vector<int> waiting_;  // layers copied (or being copied) whose MPI sum has not started
   MpiRequests requests_;

@@ -29,7 +29,8 @@ enum class Collective { Nccl, Mpi };
 const char* collective_name(Collective c);  // "nccl" or "mpi"
 bool nccl_available();                      // a cuda build that found NCCL
 
-// Where layer l's two tensors (W, b) sit in the flat bucket: offset_of(2l), and their count.
+// Where layer l's two tensors (W, b) sit in the flat bucket: from offset_of(2l) to
+// offset_of(2l + 2), the padding after each included.
 struct Slice {
   std::size_t offset;
   mgpu::Elements count;

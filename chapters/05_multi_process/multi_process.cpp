@@ -18,11 +18,14 @@ std::vector<float> flatten(const lenet::HostParams& host) {
   return flat;
 }
 
+// The inverse of flatten: the host vector holds the tensors back to back, without the device
+// Flat layout's padding (a checkpoint holds exactly the 129,068 parameters).
 lenet::HostParams unflatten(const std::vector<float>& flat) {
   lenet::HostParams host;
-  for (int t = 0; t < lenet::kParamTensors; ++t) {
-    const auto first = flat.begin() + lenet::offset_of(t);
-    host.emplace_back(first, first + lenet::kParams[t].count);
+  auto first = flat.begin();
+  for (const lenet::ParamInfo& t : lenet::kParams) {
+    host.emplace_back(first, first + t.count);
+    first += t.count;
   }
   return host;
 }
