@@ -13,6 +13,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "profile.h"
+
 #if !MGPU_CUDA
 #include <omp.h>
 
@@ -233,7 +235,10 @@ void zero_bytes(const Device& d, void* p, std::size_t bytes) {
   if (bytes == 0) return;
   check_owned(d, p, bytes, "zero_bytes");
   activate(d);
+  KernelProfile* profile = KernelProfile::of(d);
+  const int call = profile ? profile->begin("memset", 0, double(bytes)) : -1;
   MGPU_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, d.stream));
+  if (profile) profile->end(call);
 }
 
 void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes) {
@@ -450,7 +455,13 @@ void copy_bytes_to_host_async(const Device& d, void* host_dst, const void* src, 
 void zero_bytes(const Device& d, void* p, std::size_t bytes) {
   if (bytes == 0) return;
   check_owned(d, p, bytes, "zero_bytes");
-  stream_of(d).submit([=] { std::memset(p, 0, bytes); });
+  KernelProfile* profile = KernelProfile::of(d);
+  const int call = profile ? profile->begin("memset", 0, double(bytes)) : -1;
+  stream_of(d).submit([=] {
+    const auto start = std::chrono::steady_clock::now();
+    std::memset(p, 0, bytes);
+    if (profile) profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
 }
 
 void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes) {

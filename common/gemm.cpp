@@ -1,6 +1,9 @@
 #include "gemm.h"
 
+#include <chrono>
 #include <string>
+
+#include "profile.h"
 
 #if !MGPU_CUDA
 #include <cblas.h>
@@ -31,6 +34,13 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
     check_owned(d, B, bytes(K, N), "gemm (B)");
   }
   check_owned(d, C, bytes(M, N), "gemm (C)");
+  // Named by its shape in a profile: each of LeNet's products is its own row.
+  KernelProfile* profile = KernelProfile::of(d);
+  const int call = profile ? profile->begin("gemm " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                                std::to_string(K) + (ta == Transpose::Yes ? " T" : " N") +
+                                                (tb == Transpose::Yes ? "T" : "N"),
+                                            2.0 * M * N * K, double(bytes(M, K) + bytes(K, N) + 2 * bytes(M, N)))
+                          : -1;
 #if MGPU_CUDA
   // cuBLAS is column-major. A row-major C is a column-major C^T, and C^T = op(B)^T op(A)^T:
   // so we ask cuBLAS for that product, with A and B swapped, and nothing is copied.
@@ -38,6 +48,7 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   const cublasOperation_t opB = tb == Transpose::No ? CUBLAS_OP_N : CUBLAS_OP_T;
   activate(d);
   MGPU_CHECK_CUBLAS(cublasSgemm(d.blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  if (profile) profile->end(call);
 #else
   const CBLAS_TRANSPOSE opA = ta == Transpose::No ? CblasNoTrans : CblasTrans;
   const CBLAS_TRANSPOSE opB = tb == Transpose::No ? CblasNoTrans : CblasTrans;
@@ -48,7 +59,9 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
     static std::mutex one_multithreaded_call_at_a_time;
     std::unique_lock<std::mutex> lock(one_multithreaded_call_at_a_time, std::defer_lock);
     if (!omp_in_parallel() && omp_get_max_threads() > 1) lock.lock();
+    const auto start = std::chrono::steady_clock::now();
     cblas_sgemm(CblasRowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (profile) profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   });
 #endif
 }

@@ -10,9 +10,12 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
+#include <chrono>
 #include <cstdint>
+#include <typeinfo>
 
 #include "device.h"
+#include "profile.h"
 #if MGPU_CUDA
 #include <thrust/system/cuda/execution_policy.h>
 #else
@@ -44,14 +47,22 @@ struct SpanWhole {  // item i -> all of row i
 // Calls f(i) for i = 0..n-1 on device d: the loop every kernel in this repository is. Queued
 // on d's stream; the call returns at once. f is copied, as CUDA copies a kernel's arguments:
 // it holds pointers to d's memory and sizes, never references to the caller's variables.
+// `bytes` (read and written, if the caller counts them) only feeds a KernelProfile's GB/s.
 template <class F>
-void for_each_index(const Device& d, std::int64_t n, F f) {
+void for_each_index(const Device& d, std::int64_t n, F f, double bytes = 0) {
   if (n <= 0) return;
+  KernelProfile* profile = KernelProfile::of(d);  // almost always nullptr
+  const int call = profile ? profile->begin(kernel_name_of(typeid(F).name()), 0, bytes) : -1;
 #if MGPU_CUDA
   activate(d);
   thrust::for_each_n(thrust::cuda::par_nosync.on(d.stream), thrust::counting_iterator<std::int64_t>(0), n, f);
+  if (profile) profile->end(call);
 #else  // OpenMP threads: the device's share of cores, or one lane's thread (for_each_lane)
-  cpu::stream_of(d).submit([n, f] { thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f); });
+  cpu::stream_of(d).submit([n, f, profile, call] {
+    const auto start = std::chrono::steady_clock::now();
+    thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f);
+    if (profile) profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
 #endif
 }
 
@@ -67,12 +78,12 @@ void for_each_index(const Device& d, std::int64_t n, F f) {
 //         vectorizable inner loops and computes the item's indices once, not per element.
 // The functor is the same for both; only the partition of [0, items * span) changes.
 template <class F>
-void for_each_span(const Device& d, std::int64_t items, int span, F f) {
+void for_each_span(const Device& d, std::int64_t items, int span, F f, double bytes = 0) {
   if (items <= 0 || span <= 0) return;
 #if MGPU_CUDA
-  for_each_index(d, items * span, SpanElement<F>{f, span});
+  for_each_index(d, items * span, SpanElement<F>{f, span}, bytes);
 #else
-  for_each_index(d, items, SpanWhole<F>{f, span});
+  for_each_index(d, items, SpanWhole<F>{f, span}, bytes);
 #endif
 }
 

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "chapters/01_lenet/lenet.h"
+#include "chapters/01_lenet/train.h"
+#include "common/profile.h"
 #include "common/check.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
@@ -397,3 +401,50 @@ TEST_CASE("sgd is d2l's p -= lr * g / batch_size, for all eight tensors") {
 }
 
 }  // namespace
+
+TEST_CASE("profile_step: every kernel of one step is timed once per call, GEMMs by their shapes") {
+  mgpu::DeviceSet devices(1);
+  const mgpu::Device& d = devices[0];
+  mgpu::Rng rng(21);
+  mgpu::FashionMnist data;
+  data.train = random_images(40, rng);
+  mgpu::Options o;
+  o.batch_size = 20;
+  const lenet::StepProfile p = lenet::profile_step(d, data, o);
+  CHECK(p.wall_seconds > 0);
+
+  std::map<std::string, mgpu::KernelStats> rows;
+  double total = 0;
+  for (const mgpu::KernelStats& r : p.kernels) {
+    CAPTURE(r.name);
+    CHECK(r.calls > 0);
+    CHECK(r.seconds >= 0);
+    total += r.seconds;
+    rows[r.name] = r;
+    // A GEMM's row is named "gemm MxNxK ..": its FLOPs are 2 M N K per call.
+    int M = 0, N = 0, K = 0;
+    if (std::sscanf(r.name.c_str(), "gemm %dx%dx%d", &M, &N, &K) == 3)
+      CHECK(r.flops == doctest::Approx(2.0 * M * N * K * r.calls));
+  }
+  CHECK(total > 0);
+  for (const char* kernel : {"GatherImages", "Im2col", "Col2im", "BiasActivation", "AvgPoolForward",
+                             "AvgPoolBackward", "Flatten", "Unflatten", "SoftmaxCrossEntropy", "memset"}) {
+    CAPTURE(kernel);
+    CHECK(rows.count(kernel) == 1);
+  }
+  // The flat layout: one kernel updates all eight tensors, one memset zeroes all the gradients.
+  REQUIRE(rows.count("SgdStep") == 1);
+  CHECK(rows["SgdStep"].calls == 1);
+  // Two convolutions per chunk of images (conv1, conv2) each unfold their input once.
+  const int chunks = (o.batch_size + lenet::chunk_images(o.batch_size) - 1) / lenet::chunk_images(o.batch_size);
+  CHECK(rows["Im2col"].calls == 2 * chunks);
+  CHECK(rows["Col2im"].calls == chunks);  // only conv2 needs its input's gradient
+  const std::string table = mgpu::format_profile(p.kernels);
+  CHECK(table.find("Col2im") != std::string::npos);
+  CHECK(table.find("total") != std::string::npos);
+
+  // One profile at a time.
+  mgpu::KernelProfile first(d);
+  auto start_a_second = [&] { mgpu::KernelProfile second(d); };
+  CHECK_THROWS_WITH_AS(start_a_second(), doctest::Contains("one profile at a time"), mgpu::Error);
+}

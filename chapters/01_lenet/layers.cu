@@ -16,6 +16,7 @@ using mgpu::for_each_span;
 using mgpu::gemm;
 using mgpu::Transpose;
 using i64 = std::int64_t;
+constexpr double kF = sizeof(float);  // bytes per element, for the profile's GB/s
 
 // Calls g(row, x0, x1) for each row segment of the elements [begin, end) of a row-major
 // plane `width` elements wide: elements x0..x1-1 of row `row`. One division, then whole rows:
@@ -246,16 +247,21 @@ struct AddInto {  // dst += src
 
 void im2col(const Device& d, const float* x, ImageShape s, int k, float* col) {
   const int Ho = s.height - k + 1, Wo = s.width - k + 1;
-  for_each_span(d, i64(s.channels) * k * k * s.batch, Ho * Wo, Im2col{x, col, s.batch, s.height, s.width, k, Ho, Wo});
+  const i64 items = i64(s.channels) * k * k * s.batch;
+  // bytes: each col element read once from x (give or take the cache) and written once
+  for_each_span(d, items, Ho * Wo, Im2col{x, col, s.batch, s.height, s.width, k, Ho, Wo}, 2.0 * kF * items * Ho * Wo);
 }
 
 void col2im(const Device& d, const float* col, ImageShape s, int k, float* dx) {
   const int Ho = s.height - k + 1, Wo = s.width - k + 1;
-  for_each_span(d, i64(s.channels) * s.batch, s.height * s.width, Col2im{col, dx, s.batch, s.height, s.width, k, Ho, Wo});
+  const i64 planes = i64(s.channels) * s.batch;
+  for_each_span(d, planes, s.height * s.width, Col2im{col, dx, s.batch, s.height, s.width, k, Ho, Wo},
+                kF * planes * (double(k) * k * Ho * Wo + s.height * s.width));  // all of col read, dx written
 }
 
 void bias_activation(const Device& d, float* z, const float* b, int rows, i64 row_length, Activation act) {
-  for_each_span(d, rows, static_cast<int>(row_length), BiasActivation{z, b, row_length, act == Activation::Relu});
+  for_each_span(d, rows, static_cast<int>(row_length), BiasActivation{z, b, row_length, act == Activation::Relu},
+                2.0 * kF * rows * row_length);
 }
 
 void conv2d_forward(const Device& d, const float* x, ImageShape s, const float* W, const float* b,
@@ -283,29 +289,33 @@ void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float
   col2im(d, dcol, s, k, dx);
 }
 
-void relu_forward(const Device& d, float* z, i64 n) { for_each_index(d, n, Relu{z}); }
+void relu_forward(const Device& d, float* z, i64 n) { for_each_index(d, n, Relu{z}, 2.0 * kF * n); }
 
-void relu_backward(const Device& d, const float* h, float* dh, i64 n) { for_each_index(d, n, ReluGrad{h, dh}); }
+void relu_backward(const Device& d, const float* h, float* dh, i64 n) {
+  for_each_index(d, n, ReluGrad{h, dh}, 3.0 * kF * n);
+}
 
 void avgpool2_forward(const Device& d, const float* x, ImageShape s, float* y) {
   const int Ho = s.height / 2, Wo = s.width / 2;
-  for_each_span(d, i64(s.channels) * s.batch, Ho * Wo, AvgPoolForward{x, y, s.height, s.width, Ho, Wo});
+  for_each_span(d, i64(s.channels) * s.batch, Ho * Wo, AvgPoolForward{x, y, s.height, s.width, Ho, Wo},
+                kF * (s.size() + i64(s.channels) * s.batch * Ho * Wo));
 }
 
 void avgpool2_backward(const Device& d, const float* dy, ImageShape s, float* dx, const float* relu_output) {
   const int Ho = s.height / 2, Wo = s.width / 2;
   for_each_span(d, i64(s.channels) * s.batch, s.height * s.width,
-                AvgPoolBackward{dy, relu_output, dx, s.height, s.width, Ho, Wo});
+                AvgPoolBackward{dy, relu_output, dx, s.height, s.width, Ho, Wo},
+                kF * ((relu_output ? 2 : 1) * s.size() + i64(s.channels) * s.batch * Ho * Wo));
 }
 
 void flatten(const Device& d, const float* x, ImageShape s, float* y) {
   const int S = s.height * s.width;
-  for_each_span(d, i64(s.channels) * S, s.batch, Flatten{x, y, s.batch, S});
+  for_each_span(d, i64(s.channels) * S, s.batch, Flatten{x, y, s.batch, S}, 2.0 * kF * s.size());
 }
 
 void unflatten(const Device& d, const float* dy, ImageShape s, float* dx) {
   const int S = s.height * s.width;
-  for_each_span(d, i64(s.channels) * s.batch, S, Unflatten{dy, dx, s.batch, S});
+  for_each_span(d, i64(s.channels) * s.batch, S, Unflatten{dy, dx, s.batch, S}, 2.0 * kF * s.size());
 }
 
 void dense_forward(const Device& d, const float* x, int in, int batch, const float* W, const float* b, int out,
@@ -332,10 +342,10 @@ void softmax_cross_entropy(const Device& d, const float* logits, const std::int3
 }
 
 void sgd_update(const Device& d, float* p, const float* g, i64 n, float scale) {
-  for_each_index(d, n, SgdStep{p, g, scale});
+  for_each_index(d, n, SgdStep{p, g, scale}, 3.0 * kF * n);
 }
 
-void fill(const Device& d, float* p, i64 n, float value) { for_each_index(d, n, Fill{p, value}); }
+void fill(const Device& d, float* p, i64 n, float value) { for_each_index(d, n, Fill{p, value}, kF * n); }
 
 void add_into(const Device& d, float* dst, const float* src, i64 n) {
   // The kernel every allreduce runs: both operands must be d's own memory (a peer copy first
@@ -343,7 +353,7 @@ void add_into(const Device& d, float* dst, const float* src, i64 n) {
   const std::size_t bytes = n > 0 ? std::size_t(n) * sizeof(float) : 0;
   mgpu::check_owned(d, dst, bytes, "add_into (destination)");
   mgpu::check_owned(d, src, bytes, "add_into (source)");
-  for_each_index(d, n, AddInto{dst, src});
+  for_each_index(d, n, AddInto{dst, src}, 3.0 * kF * n);
 }
 
 }  // namespace lenet

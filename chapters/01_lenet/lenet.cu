@@ -197,7 +197,8 @@ void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m)
 }
 
 void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out) {
-  mgpu::for_each_span(d, n, kPixels, GatherImages{data.pixels.data(), data.labels.data(), order, out.x.data(), out.y.data()});
+  mgpu::for_each_span(d, n, kPixels, GatherImages{data.pixels.data(), data.labels.data(), order, out.x.data(), out.y.data()},
+                      2.0 * sizeof(float) * n * kPixels);
 }
 
 Lanes::Lanes(const Device& d, int lanes, int capacity) {

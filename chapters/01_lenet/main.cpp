@@ -1,6 +1,9 @@
 // Chapter 01: LeNet from raw parameter arrays, trained on one device.
 //   build/bin/01_lenet [--epochs 10] [--batch-size 256] [--lr 0.2] ...   (--help for all)
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "common/cli.h"
 #include "common/device.h"
@@ -13,7 +16,29 @@ int main(int argc, char** argv) {
   mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"01_lenet", "d2l's LeNet from raw parameter arrays, trained on one device",
                                   /*default_devices=*/1, /*max_devices=*/1};
-  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
+  // The shared flags, and this chapter's own: --profile on|off.
+  mgpu::Options o = mgpu::default_options(chapter);
+  bool profile = false;
+  mgpu::FlagTable flags = mgpu::common_flags(o, chapter);
+  flags["--profile"] = [&profile](const std::string& flag, const std::string& v) -> std::string {
+    if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+    profile = v == "on";
+    return "";
+  };
+  const std::string usage = mgpu::usage(chapter) +
+                            "\nthis chapter:\n"
+                            "  --profile on|off  before training, time one step kernel by kernel and print the\n"
+                            "                    table (default off)\n";
+  const mgpu::FlagsResult parsed = mgpu::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
+  if (parsed.help) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  const std::string error = parsed.error.empty() ? mgpu::check_options(o, chapter) : parsed.error;
+  if (!error.empty()) {
+    std::fprintf(stderr, "01_lenet: %s\n\n%s", error.c_str(), usage.c_str());
+    return 2;
+  }
   try {
     const mgpu::DeviceSet devices(1);
     std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,
@@ -21,6 +46,13 @@ int main(int argc, char** argv) {
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
+    if (profile) {
+      const lenet::StepProfile p = lenet::profile_step(devices[0], data, o);
+      std::printf("\none training step of %d images, kernel by kernel (%s):\n%s"
+                  "the same step without the profile's timers: %.1f us\n\n",
+                  std::min(o.batch_size, data.train.count), mgpu::kBackendName, mgpu::format_profile(p.kernels).c_str(),
+                  p.wall_seconds * 1e6);
+    }
     mgpu::TrainingLog log(chapter.name, chapter.name, o, devices.size(), data.train.count);
     lenet::train(devices, data, o, log);
     log.finish();

@@ -1,5 +1,8 @@
 #include "train.h"
 
+#include <chrono>
+#include <numeric>
+
 #include "common/batches.h"
 #include "common/timer.h"
 
@@ -44,6 +47,38 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     log.end_epoch(r);
   }
   return params.download();
+}
+
+StepProfile profile_step(const mgpu::Device& d, const mgpu::FashionMnist& data, const mgpu::Options& o) {
+  Params params = upload_params(d, init_params(o.seed), Layout::Flat);
+  Params grads = zero_params(d, Layout::Flat);
+  const int n = std::min(o.batch_size, data.train.count);
+  Lanes lanes = make_lanes(d, n);
+  const DeviceImages train_set(d, data.train);
+  std::vector<int> first(n);
+  std::iota(first.begin(), first.end(), 0);  // the batch: examples 0 .. n-1
+  mgpu::Buffer<std::int32_t> order(d, n);
+  order.upload(first);
+  Batch batch(d, n);
+  Metrics metrics(d);
+  // Exactly the step of train() above.
+  auto step = [&] {
+    gather(d, train_set, order.data(), n, batch);
+    grads.zero();
+    accumulate_gradients(d, params, grads, lanes, batch.x.data(), batch.y.data(), n, metrics);
+    sgd(d, params, grads, o.lr, n);
+  };
+  step();  // warm-up
+  mgpu::synchronize(d);
+  StepProfile result;
+  const auto start = std::chrono::steady_clock::now();
+  step();
+  mgpu::synchronize(d);
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  mgpu::KernelProfile profile(d);
+  step();
+  result.kernels = profile.table();
+  return result;
 }
 
 }  // namespace lenet
