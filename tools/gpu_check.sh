@@ -567,8 +567,14 @@ run_chapters() {
     where="device"
   fi
 
-  run_training 01_lenet_1dev "chapter 01 on 1 $where" \
-    "$bin/01_lenet" --devices 1 "${chapter_options[@]}" --out "$(out_for 01_lenet_1dev)"
+  run_training 01_lenet_1dev "chapter 01 on 1 $where, with one step's kernel table" \
+    "$bin/01_lenet" --devices 1 --profile on "${chapter_options[@]}" --out "$(out_for 01_lenet_1dev)"
+  # That table (--profile on: each kernel's calls, time, GFLOP/s or GB/s) goes into the report
+  # beside the benchmarks: the figures chapter 01's README asks for on a GPU.
+  local kernel_table
+  kernel_table=$(awk '/kernel by kernel/ { on = 1 } on { print } /the same step without/ { on = 0 }' \
+    "$logs_dir/01_lenet_1dev.log" 2>/dev/null || true)
+  benchmark_sections+=("### 01_lenet_1dev: one training step, kernel by kernel"$'\n\n```\n'"${kernel_table:-(no table: see the log)}"$'\n```')
 
   local chapter
   for chapter in 02_data_parallel 03_ring_allreduce; do
