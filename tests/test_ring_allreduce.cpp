@@ -22,7 +22,6 @@ namespace {
 using mgpu::Elements;
 using testing::random_floats;
 
-constexpr int kPixels = 28 * 28;
 
 TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n % k one longer") {
   for (int k = 1; k <= 8; ++k)
