@@ -457,11 +457,7 @@ void zero_bytes(const Device& d, void* p, std::size_t bytes) {
   check_owned(d, p, bytes, "zero_bytes");
   KernelProfile* profile = KernelProfile::of(d);
   const int call = profile ? profile->begin("memset", 0, double(bytes)) : -1;
-  stream_of(d).submit([=] {
-    const auto start = std::chrono::steady_clock::now();
-    std::memset(p, 0, bytes);
-    if (profile) profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  });
+  stream_of(d).submit([=] { run_timed(profile, call, [&] { std::memset(p, 0, bytes); }); });
 }
 
 void copy_bytes_peer(const Device& to, void* dst, const Device& from, const void* src, std::size_t bytes) {

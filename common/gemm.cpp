@@ -1,6 +1,5 @@
 #include "gemm.h"
 
-#include <chrono>
 #include <string>
 
 #include "profile.h"
@@ -59,9 +58,7 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
     static std::mutex one_multithreaded_call_at_a_time;
     std::unique_lock<std::mutex> lock(one_multithreaded_call_at_a_time, std::defer_lock);
     if (!omp_in_parallel() && omp_get_max_threads() > 1) lock.lock();
-    const auto start = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (profile) profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    run_timed(profile, call, [&] { cblas_sgemm(CblasRowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   });
 #endif
 }

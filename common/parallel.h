@@ -10,7 +10,6 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include <chrono>
 #include <cstdint>
 #include <typeinfo>
 
@@ -59,9 +58,8 @@ void for_each_index(const Device& d, std::int64_t n, F f, double bytes = 0) {
   if (profile) profile->end(call);
 #else  // OpenMP threads: the device's share of cores, or one lane's thread (for_each_lane)
   cpu::stream_of(d).submit([n, f, profile, call] {
-    const auto start = std::chrono::steady_clock::now();
-    thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f);
-    if (profile) profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    run_timed(profile, call,
+              [&] { thrust::for_each_n(thrust::omp::par, thrust::counting_iterator<std::int64_t>(0), n, f); });
   });
 #endif
 }

@@ -15,6 +15,7 @@
 // Profiling adds a little work per call (two events, or two clock reads): use it to find where
 // the time goes, not to measure the step's speed.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,19 @@ class KernelProfile {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// cpu backend: what the device's worker runs for a queued operation. Runs op(); when the
+// operation is being profiled (profile != nullptr), reports how long it took as call `call`.
+template <class Op>
+void run_timed(KernelProfile* profile, int call, Op&& op) {
+  if (!profile) {
+    op();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  op();
+  profile->took(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
 // The table, with each kernel's achieved GFLOP/s and GB/s, and every share of the total.
 std::string format_profile(const std::vector<KernelStats>& rows);

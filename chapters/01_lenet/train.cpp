@@ -1,82 +1,98 @@
 #include "train.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <numeric>
+#include <vector>
 
 #include "common/batches.h"
 #include "common/timer.h"
 
 namespace lenet {
 
+namespace {
+
+// What train() keeps on the device, and its training step; profile_step() times the same.
+struct Trainer {
+  Trainer(const mgpu::Device& d, const mgpu::LabeledImages& train, std::uint64_t seed, int batch_size, float lr)
+      : d(d),
+        lr(lr),
+        // One flat, aligned allocation each: one memset zeroes every gradient, one kernel
+        // updates every parameter (the layers see eight views either way).
+        params(upload_params(d, init_params(seed), Layout::Flat)),
+        grads(zero_params(d, Layout::Flat)),
+        lanes(make_lanes(d, batch_size)),
+        train_set(d, train),  // uploaded once
+        batch(d, batch_size),
+        metrics(d) {}
+
+  // One SGD step on the n examples order[0 .. n) of the training set (order is on the device).
+  void step(const std::int32_t* order, int n) {
+    gather(d, train_set, order, n, batch);
+    grads.zero();
+    accumulate_gradients(d, params, grads, lanes, batch.x.data(), batch.y.data(), n, metrics);
+    sgd(d, params, grads, lr, n);
+  }
+
+  const mgpu::Device& d;
+  float lr;
+  Params params, grads;
+  Lanes lanes;
+  const DeviceImages train_set;
+  Batch batch;
+  Metrics metrics;
+};
+
+}  // namespace
+
 HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                  mgpu::TrainingLog& log) {
   const mgpu::Device& d = devices[0];
-  // One flat, aligned allocation each: one memset zeroes every gradient, one kernel updates
-  // every parameter (the layers see eight views either way).
-  Params params = upload_params(d, init_params(o.seed), Layout::Flat);
-  Params grads = zero_params(d, Layout::Flat);
-  Lanes lanes = make_lanes(d, o.batch_size);
-  const DeviceImages train_set(d, data.train), test_set(d, data.test);  // uploaded once
-  mgpu::ShuffledBatches batches(train_set.count, o.batch_size, o.seed);
-  mgpu::Buffer<std::int32_t> order(d, train_set.count);  // this epoch's permutation, on the device
-  Batch batch(d, o.batch_size);
-  Metrics metrics(d);
+  Trainer t(d, data.train, o.seed, o.batch_size, o.lr);
+  const DeviceImages test_set(d, data.test);
+  mgpu::ShuffledBatches batches(t.train_set.count, o.batch_size, o.seed);
+  mgpu::Buffer<std::int32_t> order(d, t.train_set.count);  // this epoch's permutation, on the device
   mgpu::SyncTimer timer(devices);
 
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    metrics.reset();
+    t.metrics.reset();
     timer.start();
     batches.start_epoch(epoch);
     order.upload(batches.order());
     for (int b = 0; b < batches.count(); ++b) {
-      const int n = batches.size(b);
-      gather(d, train_set, order.data() + std::int64_t(b) * o.batch_size, n, batch);
-      grads.zero();
-      accumulate_gradients(d, params, grads, lanes, batch.x.data(), batch.y.data(), n, metrics);
-      sgd(d, params, grads, o.lr, n);
+      t.step(order.data() + std::int64_t(b) * o.batch_size, batches.size(b));
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
-    const auto [loss_sum, hits] = metrics.read();
+    const auto [loss_sum, hits] = t.metrics.read();
     mgpu::EpochRecord r;
     r.epoch = epoch + 1;
-    r.train_loss = loss_sum / train_set.count;
-    r.train_acc = hits / train_set.count;
-    r.test_acc = evaluate_accuracy(d, params, lanes, test_set);
+    r.train_loss = loss_sum / t.train_set.count;
+    r.train_acc = hits / t.train_set.count;
+    r.test_acc = evaluate_accuracy(d, t.params, t.lanes, test_set);
     r.seconds = seconds;
     log.end_epoch(r);
   }
-  return params.download();
+  return t.params.download();
 }
 
 StepProfile profile_step(const mgpu::Device& d, const mgpu::FashionMnist& data, const mgpu::Options& o) {
-  Params params = upload_params(d, init_params(o.seed), Layout::Flat);
-  Params grads = zero_params(d, Layout::Flat);
   const int n = std::min(o.batch_size, data.train.count);
-  Lanes lanes = make_lanes(d, n);
-  const DeviceImages train_set(d, data.train);
+  Trainer t(d, data.train, o.seed, n, o.lr);
   std::vector<int> first(n);
   std::iota(first.begin(), first.end(), 0);  // the batch: examples 0 .. n-1
   mgpu::Buffer<std::int32_t> order(d, n);
   order.upload(first);
-  Batch batch(d, n);
-  Metrics metrics(d);
-  // Exactly the step of train() above.
-  auto step = [&] {
-    gather(d, train_set, order.data(), n, batch);
-    grads.zero();
-    accumulate_gradients(d, params, grads, lanes, batch.x.data(), batch.y.data(), n, metrics);
-    sgd(d, params, grads, o.lr, n);
-  };
-  step();  // warm-up
+  t.step(order.data(), n);  // warm-up
   mgpu::synchronize(d);
   StepProfile result;
   const auto start = std::chrono::steady_clock::now();
-  step();
+  t.step(order.data(), n);
   mgpu::synchronize(d);
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   mgpu::KernelProfile profile(d);
-  step();
+  t.step(order.data(), n);
   result.kernels = profile.table();
   return result;
 }
