@@ -39,6 +39,23 @@ std::vector<lenet::HostParams> train_steps(int k, const mgpu::LabeledImages& set
 
 }  // namespace
 
+TEST_CASE("get_params: the host parameters, exactly, in the given device's memory, per tensor or flat") {
+  mgpu::DeviceSet devices(2);
+  const lenet::HostParams host = lenet::init_params(5, 0.1f);
+  for (lenet::Layout layout : {lenet::Layout::PerTensor, lenet::Layout::Flat}) {
+    const bool flat = layout == lenet::Layout::Flat;
+    CAPTURE(flat);
+    lenet::Params p = dp::get_params(host, devices[1], layout);
+    CHECK(p.layout() == layout);
+    CHECK(p.download() == host);  // bit for bit: a copy, no arithmetic
+    for (int t = 0; t < lenet::kParamTensors; ++t) {
+      const std::size_t bytes = std::size_t(lenet::kParams[t].count) * sizeof(float);
+      CHECK_NOTHROW(mgpu::check_owned(devices[1], p.tensors[t], bytes, "get_params"));
+      CHECK_THROWS_AS(mgpu::check_owned(devices[0], p.tensors[t], bytes, "get_params"), mgpu::Error);
+    }
+  }
+}
+
 TEST_CASE("allreduce: every element on every device is the sum, for k = 1..4") {
   for (int k = 1; k <= 4; ++k)
     for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1001), std::size_t(25000)}) check_allreduce(k, n);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/gemm.h"
 #include "common/parallel.h"
 
@@ -48,18 +49,23 @@ MGPU_HD inline void zero_row(float* __restrict__ out, int x0, int x1) {
 MGPU_HD inline void average_row(const float* __restrict__ in, int width, float* __restrict__ out, int x0, int x1) {
   for (int x = x0; x < x1; ++x) out[x] = 0.25f * (in[2 * x] + in[2 * x + 1] + in[width + 2 * x] + in[width + 2 * x + 1]);
 }
-// out[x] = a quarter of g[x / 2], the gradient of the window pixel x belongs to; with h, only
-// where h[x] > 0 (ReLU's backward). The quarter is computed before the choice: no branch.
+// ReLU's backward for one unit: dL/dz from dL/dh, given the unit's output h = max(z, 0).
+MGPU_HD inline float relu_grad(float h, float dh) {
+  // BEGIN EXERCISE ex01.relu_backward
+  return h > 0 ? dh : 0.0f;  // the unit passed z on where z > 0, i.e. where h > 0
+  // END EXERCISE ex01.relu_backward
+}
+// out[x] = a quarter of g[x / 2], the gradient of the window pixel x belongs to; with h, ReLU's
+// backward applied too. The quarter is computed before the choice: no branch.
 MGPU_HD inline void quarter_row(const float* __restrict__ g, const float* __restrict__ h, float* __restrict__ out,
                                 int x0, int x1) {
+  // BEGIN EXERCISE ex01.avgpool_backward
   if (h) {
-    for (int x = x0; x < x1; ++x) {
-      const float quarter = 0.25f * g[x >> 1];
-      out[x] = h[x] > 0 ? quarter : 0.0f;
-    }
+    for (int x = x0; x < x1; ++x) out[x] = relu_grad(h[x], 0.25f * g[x >> 1]);
   } else {
     for (int x = x0; x < x1; ++x) out[x] = 0.25f * g[x >> 1];
   }
+  // END EXERCISE ex01.avgpool_backward
 }
 
 // The layout kernels below are for_each_span functors (common/parallel.h): f(item, begin,
@@ -140,6 +146,7 @@ struct AvgPoolBackward {
   float* dx;
   int H, W, Ho, Wo;
   MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    // BEGIN EXERCISE ex01.avgpool_backward
     for_each_row_segment(begin, end, W, [&](int y, int x0, int x1) {
       float* out = dx + (plane * H + y) * W;
       // Pixels [x0, xe) lie in a window; the rest of the segment was dropped by the pooling.
@@ -149,6 +156,7 @@ struct AvgPoolBackward {
                     x0, xe);
       zero_row(out, xe > x0 ? xe : x0, x1);
     });
+    // END EXERCISE ex01.avgpool_backward
   }
 };
 
@@ -211,8 +219,11 @@ struct SoftmaxCrossEntropy {
     const int y = labels[b];
     loss[b] = (top - z[y * B + b]) + logf(sum);  // this order is exact when the label is the argmax
     correct[b] = best == y ? 1.0f : 0.0f;
-    if (dz)
+    if (dz) {
+      // BEGIN EXERCISE ex01.softmax_gradient
       for (int c = 0; c < classes; ++c) dz[c * B + b] = expf(z[c * B + b] - top) / sum - (c == y ? 1.0f : 0.0f);
+      // END EXERCISE ex01.softmax_gradient
+    }
   }
 };
 
@@ -224,7 +235,7 @@ struct Relu {  // z = max(z, 0), in place
 struct ReluGrad {  // dh passes where the unit was active (h > 0)
   const float* h;
   float* dh;
-  MGPU_HD void operator()(i64 i) const { dh[i] = h[i] > 0 ? dh[i] : 0.0f; }
+  MGPU_HD void operator()(i64 i) const { dh[i] = relu_grad(h[i], dh[i]); }
 };
 struct SgdStep {  // p -= scale * g
   float* p;
@@ -277,6 +288,7 @@ void conv2d_forward(const Device& d, const float* x, ImageShape s, const float* 
 
 void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float* W, int out_channels, int k,
                      const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx) {
+  // BEGIN EXERCISE ex01.conv_backward
   const int P = s.batch * (s.height - k + 1) * (s.width - k + 1);
   const int K = s.channels * k * k;
   // dW += dz col^T          [Cout x K] = [Cout x P][P x K]
@@ -287,6 +299,7 @@ void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float
   // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]; then fold the windows back
   gemm(d, Transpose::Yes, Transpose::No, K, P, out_channels, 1.0f, W, dz, 0.0f, dcol);
   col2im(d, dcol, s, k, dx);
+  // END EXERCISE ex01.conv_backward
 }
 
 void relu_forward(const Device& d, float* z, i64 n) { for_each_index(d, n, Relu{z}, 2.0 * kF * n); }
@@ -328,12 +341,14 @@ void dense_forward(const Device& d, const float* x, int in, int batch, const flo
 
 void dense_backward(const Device& d, const float* dz, const float* x, int in, int batch, const float* W, int out,
                     const float* ones, float* dW, float* db, float* dx) {
+  // BEGIN EXERCISE ex01.dense_backward
   // dW += x dz^T            [in x out] = [in x B][B x out]
   gemm(d, Transpose::No, Transpose::Yes, in, out, batch, 1.0f, x, dz, 1.0f, dW);
   // db += dz ones           [out x 1] = [out x B][B x 1]
   gemm(d, Transpose::No, Transpose::No, out, 1, batch, 1.0f, dz, ones, 1.0f, db);
   // dx = W dz               [in x B] = [in x out][out x B]
   if (dx) gemm(d, Transpose::No, Transpose::No, in, batch, out, 1.0f, W, dz, 0.0f, dx);
+  // END EXERCISE ex01.dense_backward
 }
 
 void softmax_cross_entropy(const Device& d, const float* logits, const std::int32_t* labels, int classes,

@@ -4,17 +4,22 @@
 #include <chrono>
 
 #include "common/batches.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/timer.h"
 
 namespace dp {
 
 constexpr int kPixels = 28 * 28;
 
-lenet::Params get_params(const lenet::HostParams& params, const Device& d) { return lenet::upload_params(d, params); }
+lenet::Params get_params(const lenet::HostParams& params, const Device& d, lenet::Layout layout) {
+  // BEGIN EXERCISE ex02.get_params
+  return lenet::upload_params(d, params, layout);
+  // END EXERCISE ex02.get_params
+}
 
 Replica::Replica(const Device& d, const lenet::HostParams& host, int shard_capacity, lenet::Layout layout)
     : device(&d),
-      params(lenet::upload_params(d, host, layout)),
+      params(get_params(host, d, layout)),
       grads(lenet::zero_params(d, layout)),
       shard(d, shard_capacity),
       lanes(lenet::make_lanes(d, shard_capacity)),
@@ -61,6 +66,7 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
     throw mgpu::Error("Allreduce: " + std::to_string(n.count) + " elements exceed the staging buffer's " +
                       std::to_string(staging_.size()));
   if (k == 1) return;  // one device already holds the sum
+  // BEGIN EXERCISE ex02.allreduce
   const Device& d0 = devices_[0];
 
   // 1. Device 0 may read device i's gradient only once device i has finished computing it.
@@ -86,6 +92,7 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
     done_[i]->record(devices_[i]);
     done_[i]->make_wait(d0);
   }
+  // END EXERCISE ex02.allreduce
 }
 
 void Allreduce::run(std::vector<Replica>& replicas) {
@@ -142,12 +149,14 @@ std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, st
   if (first < 0 || first + n > data[0].images.count)
     throw mgpu::Error("split_batch: examples " + std::to_string(first) + ".." + std::to_string(first + n) +
                       " of the order run past the " + std::to_string(data[0].images.count) + " examples");
+  // BEGIN EXERCISE ex02.split_batch
   int start = first;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     // Queued on device i: the next sizes[i] indices of the order pick the examples it copies.
     lenet::gather(*replicas[i].device, data[i].images, data[i].order.data() + start, sizes[i], replicas[i].shard);
     start += sizes[i];
   }
+  // END EXERCISE ex02.split_batch
   return sizes;
 }
 
@@ -192,6 +201,7 @@ void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Re
     t = now;
   };
 
+  // BEGIN EXERCISE ex02.train_batch
   const std::vector<int> sizes = split_batch(data, first, n, replicas);
   lap(&StepTimes::split);
   // Each call only queues work on its device's stream and returns, so the devices compute at
@@ -223,6 +233,7 @@ void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Re
   // that averages instead of summing left sum/k: the larger rate makes up for it.)
   for (Replica& r : replicas) lenet::sgd(*r.device, r.params, r.grads, lr / allreduce.result_scale(), n);
   lap(&StepTimes::update);
+  // END EXERCISE ex02.train_batch
   if (times) ++times->steps;
 }
 

@@ -22,8 +22,10 @@ namespace dp {
 using mgpu::Device;
 using mgpu::DeviceSet;
 
-// d2l's get_params(params, device): a full copy of the host parameters on device d.
-lenet::Params get_params(const lenet::HostParams& params, const Device& d);
+// d2l's get_params(params, device): a full copy of the host parameters on device d, tensor by
+// tensor or in one flat allocation (`layout`, chapter 03).
+lenet::Params get_params(const lenet::HostParams& params, const Device& d,
+                         lenet::Layout layout = lenet::Layout::PerTensor);
 
 // Everything one device holds while training: its copy of the model and its gradients, its
 // shard of the current batch, the scratch its forward and backward passes need, its running

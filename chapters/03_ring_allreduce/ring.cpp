@@ -4,6 +4,7 @@
 #include <string>
 
 #include "../01_lenet/layers.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
 namespace ring {
 
@@ -34,55 +35,79 @@ void RingAllreduce::receive_and_add(int to, float* dst, int from, const float* s
   lenet::add_into(devices_[to], dst, staging_[to].data(), static_cast<std::int64_t>(n.count));
 }
 
-void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
-  const int k = devices_.size();
-  if (static_cast<int>(data.size()) != k) throw mgpu::Error("RingAllreduce: one buffer per device expected");
+bool RingAllreduce::check(const std::vector<float*>& data, Elements n) const {
+  if (static_cast<int>(data.size()) != devices_.size())
+    throw mgpu::Error("RingAllreduce: one buffer per device expected");
   if (n.count > max_elements_)
     throw mgpu::Error("RingAllreduce: " + std::to_string(n.count) + " elements exceed the " +
                       std::to_string(max_elements_) + " it was made for");
-  if (k == 1 || n.count == 0) return;  // one device already holds the sum
-  auto next = [k](int i) { return (i + 1) % k; };
-  auto prev = [k](int i) { return (i + k - 1) % k; };
-  auto chunk = [&](int c) { return chunk_of(n, k, ((c % k) + k) % k); };
-  auto mark = [&](int i) {  // only while timeline() runs: a timestamp on device i's stream
-    if (marks_) marks_->emplace_back().record(devices_[i]);
-  };
+  return devices_.size() > 1 && n.count > 0;  // one device already holds the sum
+}
 
-  // Every device marks "my gradient is computed"; in each step, the receiver waits only for
-  // its sender's previous step. That one rule also keeps a sender from overwriting a chunk
-  // before its receiver has read it: the wait chains all the way round the ring (README).
-  for (int i = 0; i < k; ++i) step_done_[i]->record(devices_[i]);
-  auto end_step = [&] {
-    for (int i = 0; i < k; ++i) step_done_[i]->record(devices_[i]);
-  };
+void RingAllreduce::mark_ready() {
+  for (int i = 0; i < devices_.size(); ++i) step_done_[i]->record(devices_[i]);
+}
 
-  // Reduce-scatter: in step s device i receives chunk (i - 1 - s) from device i - 1 and adds it.
+void RingAllreduce::wait_for_readers() {
+  // Device i's buffer is read by device i+1 in the last step: nothing queued on device i after
+  // this (the next half, or the next step's zeroing of the gradients) may start before that
+  // read is done.
+  const int k = devices_.size();
+  for (int i = 0; i < k; ++i) step_done_[(i + 1) % k]->make_wait(devices_[i]);
+}
+
+void RingAllreduce::mark(int device) {
+  if (marks_) marks_->emplace_back().record(devices_[device]);
+}
+
+void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
+  reduce_scatter(data, n);
+  all_gather(data, n);
+}
+
+// In every step, the receiver waits only for its sender's previous step (step_done_). That one
+// rule also keeps a sender from overwriting a chunk before its receiver has read it: the wait
+// chains all the way round the ring (README).
+void RingAllreduce::reduce_scatter(const std::vector<float*>& data, Elements n) {
+  if (!check(data, n)) return;
+  mark_ready();  // "my gradient is computed"
+  // BEGIN EXERCISE ex03.reduce_scatter
+  const int k = devices_.size();
+  // In step s device i receives chunk (i - 1 - s) mod k from device i - 1 and adds it to its own.
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
-      const int from = prev(i);
-      const Chunk c = chunk(from - s);
+      const int from = (i + k - 1) % k;
+      const Chunk c = chunk_of(n, k, ((from - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);
       mark(i);
       receive_and_add(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
       mark(i);
     }
-    end_step();
+    mark_ready();  // this step is done
   }
-  // All-gather: in step s device i receives the complete chunk (i - s) from device i - 1.
+  // END EXERCISE ex03.reduce_scatter
+  wait_for_readers();
+}
+
+void RingAllreduce::all_gather(const std::vector<float*>& data, Elements n) {
+  if (!check(data, n)) return;
+  mark_ready();  // "my complete chunk is ready"
+  // BEGIN EXERCISE ex03.all_gather
+  const int k = devices_.size();
+  // In step s device i receives the complete chunk (i - s) mod k from device i - 1.
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
-      const int from = prev(i);
-      const Chunk c = chunk(from + 1 - s);
+      const int from = (i + k - 1) % k;
+      const Chunk c = chunk_of(n, k, ((from + 1 - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);
       mark(i);
       mgpu::copy_peer(devices_[i], data[i] + c.begin, devices_[from], data[from] + c.begin, Elements{c.count});
       mark(i);
     }
-    end_step();
+    mark_ready();  // this step is done
   }
-  // Device i's buffer is read by device i+1 in the last step: nothing queued on device i after
-  // the ring (the next step zeroes its gradients) may start before that read is done.
-  for (int i = 0; i < k; ++i) step_done_[next(i)]->make_wait(devices_[i]);
+  // END EXERCISE ex03.all_gather
+  wait_for_readers();
 }
 
 std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<float*>& data, Elements n) {

@@ -43,7 +43,15 @@ class RingAllreduce : public dp::GradientAllreduce {
   RingAllreduce& operator=(const RingAllreduce&) = delete;
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum. Only
   // queues work on the devices' streams: no host synchronization inside the ring.
+  // run = reduce_scatter, then all_gather.
   void run(const std::vector<float*>& data, Elements n);
+  // The two halves, each a collective of its own (NCCL has both: ncclReduceScatter and
+  // ncclAllGather). Chunks are chunk_of(n, k, c).
+  //   reduce_scatter: afterwards device i's chunk (i + 1) mod k holds that chunk's sum over
+  //                   all devices; its other chunks hold partial sums.
+  //   all_gather:     device i's chunk (i + 1) mod k is copied to every other device.
+  void reduce_scatter(const std::vector<float*>& data, Elements n);
+  void all_gather(const std::vector<float*>& data, Elements n);
   // All of a replica's gradients in one call: they must be stored Flat, in one bucket.
   void run(std::vector<dp::Replica>& replicas) override;
   lenet::Layout layout() const override { return lenet::Layout::Flat; }
@@ -59,8 +67,15 @@ class RingAllreduce : public dp::GradientAllreduce {
   std::vector<StepSpan> timeline(const std::vector<float*>& data, Elements n);
 
  private:
+  // Refuses a wrong buffer count or size; false when there is nothing to do (k = 1 or n = 0).
+  bool check(const std::vector<float*>& data, Elements n) const;
+  // The waits that begin and end each half (README, "Step 2: the ring"): every device marks its
+  // buffer ready; at the end, no device goes on before its successor has read its buffer.
+  void mark_ready();
+  void wait_for_readers();
   // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer).
   void receive_and_add(int to, float* dst, int from, const float* src, Elements n);
+  void mark(int device);  // only while timeline() runs: a timestamp on the device's stream
   const DeviceSet& devices_;
   std::size_t max_elements_;
   std::vector<mgpu::Buffer<float>> staging_;              // per device: one incoming chunk

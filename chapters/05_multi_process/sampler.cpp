@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
 namespace mp {
 
@@ -10,9 +11,11 @@ Block block_of(int n, int ranks, int rank) {
   if (ranks < 1 || rank < 0 || rank >= ranks || n < 0)
     throw mgpu::Error("block_of: need 0 <= rank < ranks and n >= 0, got n " + std::to_string(n) + ", rank " +
                       std::to_string(rank) + " of " + std::to_string(ranks));
+  // BEGIN EXERCISE ex05.sampler
   const int base = n / ranks, extra = n % ranks;  // the first `extra` ranks hold one more
   const int start = rank * base + (rank < extra ? rank : extra);
   return {start, base + (rank < extra ? 1 : 0)};
+  // END EXERCISE ex05.sampler
 }
 
 DistributedSampler::DistributedSampler(int examples, int global_batch, int ranks, int rank, std::uint64_t seed)
@@ -23,8 +26,10 @@ DistributedSampler::DistributedSampler(int examples, int global_batch, int ranks
 void DistributedSampler::start_epoch(int epoch) { batches_.start_epoch(epoch); }
 
 Block DistributedSampler::block(int step) const {
+  // BEGIN EXERCISE ex05.sampler
   const Block b = block_of(global_size(step), ranks_, rank_);
   return {step * global_batch_ + b.start, b.count};
+  // END EXERCISE ex05.sampler
 }
 
 }  // namespace mp

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Proves the classroom kit honest: in a student copy (tools/classroom/student_copy) the copy
+# builds, every exercise fails at its hole, and the tests that use no exercise's code (ctest
+# label needs_no_exercise) still pass. (In the repository itself the exercises' ctest cases run
+# with every test run, and pass; tools/grade.sh BUILD_DIR shows them as a score sheet.)
+#
+#   tools/check_classroom_kit.sh BUILD_DIR          # BUILD_DIR: this repository's cpu build, built
+#   tools/check_classroom_kit.sh BUILD_DIR --each   # also: each exercise made the only hole in
+#                                                   # turn must fail its own checks, naming itself
+#
+# The student copy is built (cpu backend) in a scratch folder, removed afterwards: about two
+# minutes on two cores, and --each about half a minute more per exercise (one file rebuilt).
+# ctest runs this as classroom_kit (label "classroom"). Exit status 0 when all holds, 1 when not.
+set -euo pipefail
+
+usage="usage: tools/check_classroom_kit.sh BUILD_DIR [--each]"
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then echo "$usage"; exit 0; fi
+if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# -eq 2 ] && [ "$2" != --each ]; }; then echo "$usage" >&2; exit 2; fi
+build=$(cd "$1" && pwd)
+each=${2:-}
+root=$(cd "$(dirname "$0")/.." && pwd)
+student_copy="$build/bin/student_copy"
+[ -x "$student_copy" ] || { echo "check_classroom_kit.sh: $student_copy not built" >&2; exit 2; }
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+echo "== the student copy: it builds"
+"$student_copy" --from "$root" --to "$scratch/copy"
+copy="$scratch/copy"
+cmake -S "$copy" -B "$copy/build" -DMGPU_BACKEND=cpu >"$scratch/configure.log" 2>&1 ||
+  { cat "$scratch/configure.log"; fail "the student copy does not configure"; }
+cmake --build "$copy/build" -j"$(nproc)" >"$scratch/build.log" 2>&1 ||
+  { grep -B2 -A8 'error' "$scratch/build.log" | head -60; fail "the student copy does not build"; }
+
+echo "== the student copy: every exercise fails, at a hole"
+set +e
+(cd "$copy" && tools/grade.sh build) | tee "$scratch/sheet.txt"
+set -e
+grep -q '^score: 0 of [1-9]' "$scratch/sheet.txt" || fail "an exercise passes in the student copy (or none was graded)"
+# Every exercise line is a failure that a hole caused (or a skip this build cannot grade).
+if grep -E '^ex[0-9]{2}\.' "$scratch/sheet.txt" | grep -v 'is not done yet' | grep -v ' skipped ('; then
+  fail "the exercises above did not stop at a hole"
+fi
+
+echo "== the student copy: what uses no exercise still passes"
+ctest --test-dir "$copy/build" -L '^needs_no_exercise$' -j"$(nproc)" >"$scratch/independent.log" 2>&1 ||
+  { grep -E 'Failed|tests passed' "$scratch/independent.log"; fail "a test that uses no exercise fails in the student copy"; }
+grep -E 'tests passed' "$scratch/independent.log"
+
+if [ "$each" = --each ]; then
+  echo "== each exercise alone: its own checks fail, naming it"
+  mapfile -t exercises < <(sed -n 's/^\(ex[0-9][0-9]\.[a-z0-9_]*\) .*FAILED.*/\1/p' "$scratch/sheet.txt")
+  for name in "${exercises[@]}"; do
+    rm -rf "$scratch/one"
+    "$student_copy" --from "$root" --to "$scratch/one" --only "$name" >/dev/null
+    # Bring the built copy to "only $name is a hole", touching only the files that differ, so
+    # that the rebuild recompiles those alone.
+    (cd "$scratch/one" && find . -type f \( -name '*.cu' -o -name '*.cpp' -o -name '*.h' \)) | while read -r f; do
+      cmp -s "$scratch/one/$f" "$copy/$f" || cp "$scratch/one/$f" "$copy/$f"
+    done
+    cmake --build "$copy/build" -j"$(nproc)" >"$scratch/build.log" 2>&1 || fail "$name alone: the copy does not build"
+    if ctest --test-dir "$copy/build" -R "^${name//./\\.}\$" --output-on-failure >"$scratch/one.log" 2>&1; then
+      fail "$name alone: its checks pass with its hole"
+    fi
+    grep -q "exercise $name is not done yet" "$scratch/one.log" || { tail -20 "$scratch/one.log"; fail "$name alone: its checks failed, but not at its hole"; }
+    echo "$name alone: fails at its hole"
+  done
+fi
+echo "the classroom kit is honest"
