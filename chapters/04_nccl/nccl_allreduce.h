@@ -5,9 +5,10 @@
 //   ncclGroupStart/End  the k ncclAllReduce calls, one per GPU, as one operation
 //   ncclCommFinalize    flushes what is still queued, then ncclCommDestroy frees it
 //
-// Why the group: an ncclAllReduce call may wait until every other rank has joined the
-// collective. With one thread issuing the k calls one after another, the first would wait
-// for the second, which that thread never reaches: a deadlock. Between ncclGroupStart and
+// Why the group: NCCL allows an ncclAllReduce call to wait until every other rank has joined
+// the collective. With one thread issuing the k calls one after another, the first could then
+// wait for the second, which that thread never reaches: a deadlock. (Whether a given NCCL
+// version does wait there is the README's exercise 2.) Between ncclGroupStart and
 // ncclGroupEnd the calls only queue; ncclGroupEnd launches all k together.
 #pragma once
 #include <nccl.h>
