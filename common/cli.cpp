@@ -139,6 +139,13 @@ FlagSetter text_flag(std::string& dst, const std::string& what) {
 
 // ---- The shared command line ---------------------------------------------------------------
 
+float learning_rate_at(const Options& o, int epoch, int step, int steps_per_epoch) {
+  const long long warmup_steps = static_cast<long long>(o.warmup_epochs) * steps_per_epoch;
+  const long long t = static_cast<long long>(epoch) * steps_per_epoch + step + 1;  // 1-based
+  if (t >= warmup_steps) return o.lr;
+  return static_cast<float>(static_cast<double>(o.lr) * static_cast<double>(t) / static_cast<double>(warmup_steps));
+}
+
 std::string usage(const ChapterInfo& c) {
   std::string u = "usage: " + c.name + " [options]\n  " + c.summary +
                   "\n\noptions (--flag value or --flag=value):\n";
@@ -149,6 +156,7 @@ std::string usage(const ChapterInfo& c) {
        (c.max_devices == 1 ? "; this chapter uses exactly one)\n" : ")\n");
   u += "  --data-dir DIR    Fashion-MNIST directory (default: search, see data/README.md)\n";
   u += "  --limit-train N   use only the first N training images (default 0: all)\n";
+  u += "  --warmup-epochs N raise the rate linearly to --lr over the first N epochs (default 0: none)\n";
   u += "  --seed N          seed for the initial weights and the shuffling (default 42)\n";
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
   u += "  --progress P      auto, on or off: the live progress line while an epoch runs (default auto:\n"
@@ -171,6 +179,7 @@ FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
       {"--batch-size", integer_flag(o.batch_size, 1)},
       {"--devices", integer_flag(o.devices, 1)},
       {"--limit-train", integer_flag(o.limit_train, 0)},
+      {"--warmup-epochs", integer_flag(o.warmup_epochs, 0)},
       {"--seed", integer_flag(o.seed, 0, std::numeric_limits<long long>::max())},
       {"--lr", positive_real_flag(o.lr)},
       {"--data-dir", text_flag(o.data_dir, "a directory")},
@@ -198,6 +207,9 @@ std::string check_options(const Options& o, const ChapterInfo& chapter) {
     return chapter.name + " trains on " + std::to_string(chapter.max_devices) + " device(s); --devices " +
            std::to_string(o.devices) + " is not possible here" +
            (chapter.max_devices == 1 ? " (chapter 02 splits a batch across devices)" : "");
+  if (o.warmup_epochs > o.epochs)
+    return "--warmup-epochs " + std::to_string(o.warmup_epochs) + " is more than --epochs " +
+           std::to_string(o.epochs) + ": the rate would never reach --lr";
   if (o.batch_size < o.devices)
     return "--batch-size " + std::to_string(o.batch_size) + " is smaller than --devices " +
            std::to_string(o.devices) + ": every device needs at least one example";

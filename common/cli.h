@@ -1,6 +1,6 @@
 // The command line every chapter shares:
 //   --epochs N  --batch-size N  --lr X  --devices K  --data-dir DIR  --limit-train N
-//   --seed N  --out DIR  --progress auto|on|off  --help
+//   --seed N  --out DIR  --progress auto|on|off  --warmup-epochs N  --help
 // Defaults are d2l's (10 epochs, batch 256, lr 0.2). A bad value or an unknown flag
 // prints the reason and the usage, and exits with status 2.
 //
@@ -65,6 +65,7 @@ struct Options {
   int epochs = 10;
   int batch_size = 256;
   float lr = 0.2f;
+  int warmup_epochs = 0;    // the rate ramps up over the first N epochs (learning_rate_at); 0: none
   int devices = 1;          // the chapter sets its own default
   std::string data_dir;     // empty: search (see fashion_mnist.h)
   int limit_train = 0;      // 0: all training images
@@ -75,6 +76,14 @@ struct Options {
   // is a real terminal and no MPI launcher started the program (see TrainingLog::progress).
   enum class Progress { Auto, On, Off } progress = Progress::Auto;
 };
+
+// The rate of step `step` (0-based) of epoch `epoch`, with `steps_per_epoch` steps an epoch.
+// Without warm-up, o.lr. With --warmup-epochs N, the gradual warm-up of Goyal et al. (2017):
+// the rate grows linearly, o.lr * t / T for step t = 1..T of the first T = N * steps_per_epoch
+// steps, then stays at o.lr. A large batch taken with a linearly scaled rate (chapter 02's
+// learning-rate exercise) can diverge in its first steps, while the weights are far from any
+// minimum; a few epochs of smaller steps carry it past that.
+float learning_rate_at(const Options& o, int epoch, int step, int steps_per_epoch);
 
 // What a chapter tells the parser about itself.
 struct ChapterInfo {

@@ -192,6 +192,25 @@ TEST_CASE("the flag parser, for a program's own flags") {
   CHECK(mgpu::parse_flags({"--n", "x", "--bogus"}, flags).error == "--n needs an integer, got 'x'");
 }
 
+TEST_CASE("--warmup-epochs: the rate rises linearly to --lr over the first N epochs, then stays") {
+  const mgpu::ParseResult r = mgpu::parse_options({"--lr", "0.8", "--warmup-epochs", "2", "--epochs", "3"}, kLenet);
+  REQUIRE(r.error == "");
+  const mgpu::Options& o = r.options;
+  CHECK(o.warmup_epochs == 2);
+  // 4 steps an epoch: 8 steps of warm-up, step t (1-based) at 0.8 * t / 8.
+  CHECK(mgpu::learning_rate_at(o, 0, 0, 4) == doctest::Approx(0.1));
+  CHECK(mgpu::learning_rate_at(o, 0, 3, 4) == doctest::Approx(0.4));
+  CHECK(mgpu::learning_rate_at(o, 1, 2, 4) == doctest::Approx(0.7));
+  CHECK(mgpu::learning_rate_at(o, 1, 3, 4) == 0.8f);  // the last warm-up step reaches --lr exactly
+  CHECK(mgpu::learning_rate_at(o, 2, 0, 4) == 0.8f);
+  mgpu::Options none = o;
+  none.warmup_epochs = 0;  // the default: --lr from the first step
+  CHECK(mgpu::learning_rate_at(none, 0, 0, 4) == 0.8f);
+  CHECK(mgpu::default_options(kLenet).warmup_epochs == 0);
+  check_refused({"--warmup-epochs", "-1"}, kLenet, "--warmup-epochs must be zero or more, got -1");
+  check_refused({"--warmup-epochs", "4", "--epochs", "3"}, kLenet, "--warmup-epochs 4 is more than --epochs 3");
+}
+
 TEST_CASE("device counts the chapter cannot run are refused") {
   // Chapter 01 trains on one device only.
   check_refused({"--devices", "2"}, kLenet, "--devices 2");

@@ -262,7 +262,8 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
     for (DeviceData& dd : train_data) dd.order.upload(batches.order());  // once per epoch
     for (int b = 0; b < batches.count(); ++b) {
       const int n = batches.size(b);
-      train_batch(train_data, b * o.batch_size, n, replicas, allreduce, o.lr);
+      train_batch(train_data, b * o.batch_size, n, replicas, allreduce,
+                  mgpu::learning_rate_at(o, epoch, b, batches.count()));
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();

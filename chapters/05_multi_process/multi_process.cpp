@@ -232,7 +232,7 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
     s.order.upload(sampler.order());
     for (int step = 0; step < sampler.steps(); ++step) {
       inject_fault_if_due(c.fault, w, long(epoch) * sampler.steps() + step);
-      train_step(s, sampler, step, allreduce, o.lr, c.overlap);
+      train_step(s, sampler, step, allreduce, mgpu::learning_rate_at(o, epoch, step, sampler.steps()), c.overlap);
       if (log && step % 16 == 0) log->progress(epoch + 1, step, sampler.steps());
     }
     allreduce.synchronize(d);

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Chapter 02's results that answer "what do more devices buy?", each from one command, with
+# the logs and CSVs behind every figure and a stamp of the machine (tools/machine_stamp.sh):
+#
+#   scaling   throughput and speed-up for 1, 2 and 4 devices, strong scaling (the global batch
+#             stays 256) and weak scaling (256 per device, the global batch grows, the rate
+#             scaled with it), with the ideal line; and where a step's time goes for each run
+#             (split, compute, waiting for the slowest device, allreduce, update), as stacked bars.
+#             Seconds per epoch leave out the first epoch (one-time set-up), as the result line does.
+#   lr        d2l's exercise 2: final test accuracy against the learning rate for 1, 2 and 4
+#             devices at a fixed batch per device (64, so the global batch is 64, 128, 256), with
+#             the rate given per 64 examples and scaled linearly with the global batch, and the
+#             4-device sweep once more with one epoch of warm-up (--warmup-epochs 1).
+#
+# Usage (from anywhere, after building):
+#   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] scaling|lr|all
+# Default build folder build/, default output this chapter's figures/ (where the README's
+# figures come from). --quick: smaller runs, to see that everything works.
+# Takes (cpu backend, 2 cores): scaling about 4 minutes, lr about 8; run nothing else meanwhile.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build
+out=$root/chapters/02_data_parallel/figures
+quick=0
+what=""
+usage="usage: $0 [--build DIR] [--out DIR] [--quick] scaling|lr|all"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=${2:?$usage}; shift 2 ;;
+    --out) out=${2:?$usage}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    scaling|lr|all) what=$1; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+[ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+program=$build/bin/02_data_parallel
+[ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
+mkdir -p "$out"
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+
+# result_field LOG DEVICES FIELD: FIELD of the result line of the DEVICES-device run in LOG
+result_field() {
+  awk -v k="$2" -v f="$3" '/^result:/ && $0 ~ (" devices=" k " ") {
+    for (i = 1; i <= NF; ++i) { split($i, kv, "="); if (kv[1] == f) print kv[2] } }' "$1"
+}
+
+# step_times LOG DEVICES: "split compute_busy waiting allreduce sgd" in ms for that run, from its
+# "per step" line and its devices' compute spans (waiting: the compute phase less the mean
+# device's busy time, i.e. time a device spent done, waiting for the slowest).
+step_times() {
+  awk -v k="$2" '
+    /^== training on / { run = ($4 == k) }
+    run && /^per step/ {
+      for (i = 1; i <= NF; ++i) {
+        if ($i == "split") split_ms = $(i + 1); if ($i == "compute") compute = $(i + 1)
+        if ($i == "allreduce") allreduce = $(i + 1); if ($i == "sgd") sgd = $(i + 1)
+      }
+    }
+    run && /^  device [0-9]+ computes from/ { busy += $7 - $5; n++ }
+    END { mean = n ? busy / n : compute; printf "%.3f %.3f %.3f %.3f %.3f\n", split_ms, mean, compute - mean, allreduce, sgd }' "$1"
+}
+
+backend_of() { awk '/^result:/ { for (i = 1; i <= NF; ++i) if ($i ~ /^backend=/) { sub("backend=", "", $i); print $i; exit } }' "$1"; }
+
+run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log and echoed
+  local name=$1; shift
+  echo "== 02_data_parallel $*"
+  "$program" --progress off --out "$runs/out" "$@" >"$runs/$name.log" 2>&1 || { cat "$runs/$name.log"; exit 1; }
+  grep '^result:' "$runs/$name.log"
+}
+
+scaling() {
+  local limit=20480 epochs=3
+  [ "$quick" = 1 ] && limit=5120 epochs=2
+  local common=(--limit-train "$limit" --epochs "$epochs")
+  for k in 2 4; do
+    run strong_k$k --devices "$k" --batch-size 256 --lr 0.2 "${common[@]}"
+    run weak_k$k --devices "$k" --batch-size $((256 * k)) --lr "$(awk -v k="$k" 'BEGIN { print 0.2 * k }')" "${common[@]}"
+  done
+  local backend; backend=$(backend_of "$runs/strong_k2.log")
+  local csv=$out/02_scaling_$backend.csv steps=$out/02_step_time_$backend.csv
+  # The 1-device point of both: batch 256 on one device (the --devices 2 strong run's first run).
+  local base; base=$(result_field "$runs/strong_k2.log" 1 samples_per_sec)
+  {
+    echo "scaling,devices,global_batch,samples_per_sec,speedup,ideal,sec_per_epoch,test_acc"
+    for scaling in strong weak; do
+      echo "$scaling,1,256,$base,1,1,$(result_field "$runs/strong_k2.log" 1 sec_per_epoch),$(result_field "$runs/strong_k2.log" 1 test_acc)"
+      for k in 2 4; do
+        local log=$runs/${scaling}_k$k.log sps
+        sps=$(result_field "$log" "$k" samples_per_sec)
+        echo "$scaling,$k,$(result_field "$log" "$k" batch),$sps,$(awk -v a="$sps" -v b="$base" 'BEGIN { printf "%.3f", a / b }'),$k,$(result_field "$log" "$k" sec_per_epoch),$(result_field "$log" "$k" test_acc)"
+      done
+    done
+  } >"$csv"
+  {
+    echo "run,split_ms,compute_ms,waiting_ms,allreduce_ms,sgd_ms"
+    echo "k=1,$(step_times "$runs/strong_k2.log" 1 | tr ' ' ',')"
+    for k in 2 4; do
+      echo "k=$k strong,$(step_times "$runs/strong_k$k.log" "$k" | tr ' ' ',')"
+      echo "k=$k weak,$(step_times "$runs/weak_k$k.log" "$k" | tr ' ' ',')"
+    done
+  } >"$steps"
+  cat "$runs"/strong_k2.log "$runs"/weak_k2.log "$runs"/strong_k4.log "$runs"/weak_k4.log >"$out/02_scaling_$backend.log"
+  "$root/tools/machine_stamp.sh" >"$out/02_scaling_$backend.stamp.txt"
+  echo "wrote $csv, $steps, $out/02_scaling_$backend.log"
+  cat "$csv" "$steps"
+  if command -v gnuplot >/dev/null; then
+    gnuplot -c /dev/stdin "$out/02_scaling_$backend.png" "$csv" "$steps" "$backend" <<'PLOT'
+set terminal pngcairo size 1200,400 font 'sans,10' noenhanced
+set output ARG1
+set datafile separator ','
+set multiplot layout 1,3 title sprintf('02_data_parallel on the %s backend: what k devices buy (epochs after the first)', ARG4)
+set grid
+set key top left
+set xlabel 'devices'
+set xtics (1, 2, 4)
+set ylabel 'training images per second'
+set title 'throughput'
+plot ARG2 using 2:(strcol(1) eq 'strong' ? $4 : 1/0) with linespoints lw 2 title 'strong: global batch 256', \
+     ''   using 2:(strcol(1) eq 'weak' ? $4 : 1/0) with linespoints lw 2 title 'weak: 256 per device', \
+     ''   using 2:(strcol(1) eq 'strong' ? $4 / $5 * $6 : 1/0) with lines dt 2 lc 'gray' title 'ideal (k times 1 device)'
+set title 'speed-up'
+set ylabel 'speed-up over 1 device'
+plot ARG2 using 2:(strcol(1) eq 'strong' ? $5 : 1/0) with linespoints lw 2 title 'strong', \
+     ''   using 2:(strcol(1) eq 'weak' ? $5 : 1/0) with linespoints lw 2 title 'weak', \
+     ''   using 2:(strcol(1) eq 'strong' ? $6 : 1/0) with lines dt 2 lc 'gray' title 'ideal'
+set title 'where a step goes (mean of 20 steps)'
+set ylabel 'ms per step'
+set xlabel ''
+unset xtics
+set xtics rotate by -30 nomirror
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.8 border -1
+set boxwidth 0.7
+set key top left reverse Left
+set yrange [0:*]
+set offsets 0, 0, graph 0.45, 0
+plot ARG3 using 2:xtic(1) title 'split', '' using 3 title 'compute', '' using 4 title 'waiting for the slowest', \
+     '' using 5 title 'allreduce', '' using 6 title 'sgd'
+unset multiplot
+PLOT
+    echo "wrote $out/02_scaling_$backend.png"
+  fi
+}
+
+lr_sweep() {
+  local limit=20480 epochs=3 bases="0.025 0.05 0.1 0.2 0.4"
+  [ "$quick" = 1 ] && limit=5120 epochs=2 bases="0.05 0.2"
+  local common=(--limit-train "$limit" --epochs "$epochs")
+  local rows=$runs/lr_rows.csv
+  : >"$rows"
+  for base in $bases; do
+    for k in 1 2 4; do
+      local lr; lr=$(awk -v b="$base" -v k="$k" 'BEGIN { print b * k }')
+      run "lr_${base}_k$k" --devices "$k" --batch-size $((64 * k)) --lr "$lr" "${common[@]}"
+      echo "$k,none,$base,$lr,$((64 * k)),$(result_field "$runs/lr_${base}_k$k.log" "$k" test_acc)" >>"$rows"
+    done
+    local lr4; lr4=$(awk -v b="$base" 'BEGIN { print b * 4 }')
+    run "lr_${base}_k4_warmup" --devices 4 --batch-size 256 --lr "$lr4" --warmup-epochs 1 "${common[@]}"
+    echo "4,1 epoch,$base,$lr4,256,$(result_field "$runs/lr_${base}_k4_warmup.log" 4 test_acc)" >>"$rows"
+  done
+  local backend; backend=$(backend_of "$runs/lr_${base}_k1.log")
+  local csv=$out/02_lr_sweep_$backend.csv
+  { echo "devices,warmup,lr_per_64,lr,global_batch,test_acc"; cat "$rows"; } >"$csv"
+  cat "$runs"/lr_*.log >"$out/02_lr_sweep_$backend.log"
+  "$root/tools/machine_stamp.sh" >"$out/02_lr_sweep_$backend.stamp.txt"
+  echo "wrote $csv, $out/02_lr_sweep_$backend.log"
+  cat "$csv"
+  if command -v gnuplot >/dev/null; then
+    gnuplot -c /dev/stdin "$out/02_lr_sweep_$backend.png" "$csv" "$backend" "$epochs" "$limit" <<'PLOT'
+set terminal pngcairo size 700,450 font 'sans,10' noenhanced
+set output ARG1
+set datafile separator ','
+set title sprintf('02_data_parallel (%s): test accuracy after %s epochs of %s images, 64 images per device', ARG3, ARG4, ARG5)
+set grid
+set key bottom right
+set logscale x 2
+set xlabel 'learning rate per 64 examples (the rate used is this times the number of devices)'
+set ylabel 'test accuracy'
+set yrange [0:1]
+plot ARG2 using ($1 == 1 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '1 device, batch 64', \
+     ''   using ($1 == 2 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '2 devices, batch 128', \
+     ''   using ($1 == 4 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '4 devices, batch 256', \
+     ''   using ($1 == 4 && strcol(2) ne 'none' ? $3 : 1/0):6 with linespoints lw 2 dt 2 title '4 devices, batch 256, 1 epoch warm-up'
+PLOT
+    echo "wrote $out/02_lr_sweep_$backend.png"
+  fi
+}
+
+case "$what" in
+  scaling) scaling ;;
+  lr) lr_sweep ;;
+  all) scaling; lr_sweep ;;
+esac

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# What a figure was measured on: prints a few "key: value" lines (the CPU and its cores, the
+# GPUs and their driver, the CUDA, NCCL, MPI and BLAS versions found, the commit, the date), so
+# that a results file says where its numbers come from. The results scripts write it beside
+# their CSVs as NAME.stamp.txt.
+#
+#   tools/machine_stamp.sh
+# (The backend of a run is in its result line.)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+value() { [ -n "$2" ] && printf '%-9s %s\n' "$1:" "$2"; }
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+value cpu "${cpu:-unknown} ($(nproc) cores available)"
+if command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null) &&
+   [ -n "$gpus" ]; then
+  value gpus "$(echo "$gpus" | awk -F', ' '{n[$1]++; d=$2} END {for (g in n) printf "%s%d x %s", s, n[g], g; s=", "; printf " (driver %s)", d}')"
+else
+  value gpus "none"
+fi
+nvcc=/usr/local/cuda/bin/nvcc
+command -v nvcc >/dev/null && nvcc=$(command -v nvcc)
+[ -x "$nvcc" ] && value cuda "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+for header in /usr/local/cuda/include/nccl.h /usr/include/nccl.h; do
+  if [ -f "$header" ]; then
+    value nccl "$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$header")"
+    break
+  fi
+done
+command -v mpirun >/dev/null && value mpi "$(mpirun --version 2>/dev/null | head -n 1)"
+blas=$(dpkg-query -W -f '${Package} ${Version}\n' 'libopenblas0*' 2>/dev/null | awk '$2 != "" {print; exit}')
+value blas "$blas"
+if commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
+  git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
+  value commit "$commit"
+fi
+value date "$(date -u '+%Y-%m-%d %H:%M UTC')"
