@@ -166,30 +166,35 @@ lr_sweep() {
   done
   local backend; backend=$(backend_of "$runs/lr_${base}_k1.log")
   local csv=$out/02_lr_sweep_$backend.csv
-  { echo "devices,warmup,lr_per_64,lr,global_batch,test_acc"; cat "$rows"; } >"$csv"
+  # One series after another (devices, warm-up), so that gnuplot draws each as one line.
+  { echo "devices,warmup,lr_per_64,lr,global_batch,test_acc"; sort -t, -k1,1n -k2,2r -k3,3g "$rows"; } >"$csv"
   cat "$runs"/lr_*.log >"$out/02_lr_sweep_$backend.log"
   "$root/tools/machine_stamp.sh" >"$out/02_lr_sweep_$backend.stamp.txt"
   echo "wrote $csv, $out/02_lr_sweep_$backend.log"
   cat "$csv"
-  if command -v gnuplot >/dev/null; then
-    gnuplot -c /dev/stdin "$out/02_lr_sweep_$backend.png" "$csv" "$backend" "$epochs" "$limit" <<'PLOT'
+  plot_lr_sweep "$csv" "$out/02_lr_sweep_$backend.png" "$backend" "$epochs" "$limit"
+}
+
+plot_lr_sweep() {  # plot_lr_sweep CSV PNG BACKEND EPOCHS IMAGES
+  command -v gnuplot >/dev/null || { echo "gnuplot not found: $2 not drawn (the CSV is there)"; return; }
+  gnuplot -c /dev/stdin "$@" <<'PLOT'
 set terminal pngcairo size 700,450 font 'sans,10' noenhanced
-set output ARG1
+set output ARG2
 set datafile separator ','
 set title sprintf('02_data_parallel (%s): test accuracy after %s epochs of %s images, 64 images per device', ARG3, ARG4, ARG5)
 set grid
-set key bottom right
+set key top left
 set logscale x 2
+set xtics (0.025, 0.05, 0.1, 0.2, 0.4)
 set xlabel 'learning rate per 64 examples (the rate used is this times the number of devices)'
 set ylabel 'test accuracy'
 set yrange [0:1]
-plot ARG2 using ($1 == 1 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '1 device, batch 64', \
+plot ARG1 using ($1 == 1 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '1 device, batch 64', \
      ''   using ($1 == 2 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '2 devices, batch 128', \
      ''   using ($1 == 4 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '4 devices, batch 256', \
      ''   using ($1 == 4 && strcol(2) ne 'none' ? $3 : 1/0):6 with linespoints lw 2 dt 2 title '4 devices, batch 256, 1 epoch warm-up'
 PLOT
-    echo "wrote $out/02_lr_sweep_$backend.png"
-  fi
+  echo "wrote $2"
 }
 
 case "$what" in
