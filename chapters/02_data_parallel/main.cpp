@@ -1,22 +1,50 @@
 // Chapter 02: data-parallel training from scratch. Trains LeNet on 1 device, then on k
 // (--devices, default 2), from the same initial weights and the same batches, and compares.
-//   build/bin/02_data_parallel [--devices 2] [--epochs 10] [--batch-size 256] [--lr 0.2] ...
+// --trainer picks the step: ddp (data_parallel.h, the default) or dataparallel (dataparallel.h).
+//   build/bin/02_data_parallel [--devices 2] [--trainer ddp] [--epochs 10] [--batch-size 256] ...
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/openmp_waits.h"
 #include "common/report.h"
 #include "data_parallel.h"
+#include "dataparallel.h"
 
 int main(int argc, char** argv) {
   mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"02_data_parallel",
                                   "d2l's data-parallel LeNet: get_params, allreduce, split_batch, train_batch",
                                   /*default_devices=*/2, /*max_devices=*/1024};
-  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
+  // The shared flags, and this chapter's own: --trainer ddp|dataparallel.
+  mgpu::Options o = mgpu::default_options(chapter);
+  bool dataparallel = false;
+  mgpu::FlagTable flags = mgpu::common_flags(o, chapter);
+  flags["--trainer"] = [&dataparallel](const std::string& flag, const std::string& v) -> std::string {
+    if (v != "ddp" && v != "dataparallel") return flag + " must be 'ddp' or 'dataparallel', got '" + v + "'";
+    dataparallel = v == "dataparallel";
+    return "";
+  };
+  const std::string usage =
+      mgpu::usage(chapter) +
+      "\nthis chapter:\n"
+      "  --trainer ddp|dataparallel  ddp (default): every device steps, gradients allreduced;\n"
+      "                              dataparallel: torch.nn.DataParallel's step, device 0 holds the\n"
+      "                              master parameters, the loss and the update (evaluates on device 0)\n";
+  const mgpu::FlagsResult parsed = mgpu::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
+  if (parsed.help) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  const std::string error = parsed.error.empty() ? mgpu::check_options(o, chapter) : parsed.error;
+  if (!error.empty()) {
+    std::fprintf(stderr, "02_data_parallel: %s\n\n%s", error.c_str(), usage.c_str());
+    return 2;
+  }
   try {
     {
       const mgpu::DeviceSet all(o.devices);
@@ -32,12 +60,22 @@ int main(int argc, char** argv) {
 
     std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
     for (int k : std::set<int>{1, o.devices}) {
-      std::printf("\n== training on %d device(s), batch %d (%s per device), evaluating on %s\n", k, o.batch_size,
-                  k == 1 ? "all of it" : "a shard", o.eval_all_devices ? "all devices" : "device 0");
+      std::printf("\n== training on %d device(s), batch %d (%s per device), %sevaluating on %s\n", k, o.batch_size,
+                  k == 1 ? "all of it" : "a shard", dataparallel ? "DataParallel's step, " : "",
+                  o.eval_all_devices && !dataparallel ? "all devices" : "device 0");
       const mgpu::DeviceSet devices(k);
       if (k > 1) mgpu::enable_peer_access(devices);
-      const std::string run = chapter.name + "_k" + std::to_string(k);
+      const std::string run = chapter.name + (dataparallel ? "_dataparallel" : "") + "_k" + std::to_string(k);
       mgpu::TrainingLog log(chapter.name, run, o, k, data.train.count);
+      if (dataparallel) {
+        const dp::DataParallelRun r = dp::train_dataparallel(devices, data, o, log);
+        std::printf("bytes moved between devices per step: %zu (a whole batch of %d), %.0f on average over the run\n",
+                    r.bytes_per_full_step, o.batch_size, r.mean_bytes_per_step);
+        std::printf("device 0's extra memory (beyond a DDP replica's): %zu bytes\n", r.device0_extra_bytes);
+        log.finish();
+        runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
+        continue;
+      }
       dp::Allreduce allreduce(devices);  // d2l's: gather on device 0, broadcast back, tensor by tensor
       dp::train(devices, data, o, allreduce, log);
 
@@ -62,8 +100,9 @@ int main(int argc, char** argv) {
       log.finish();
       runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
     }
-    const std::string png = (std::filesystem::path(o.out) / (chapter.name + ".png")).string();
-    if (mgpu::plot_runs(png, chapter.name + ": 1 device vs " + std::to_string(o.devices) + " (" +
+    const std::string plot = chapter.name + (dataparallel ? "_dataparallel" : "");
+    const std::string png = (std::filesystem::path(o.out) / (plot + ".png")).string();
+    if (mgpu::plot_runs(png, plot + ": 1 device vs " + std::to_string(o.devices) + " (" +
                                  mgpu::kBackendName + ")",
                         runs))
       std::printf("wrote %s\n", png.c_str());
