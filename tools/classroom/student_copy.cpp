@@ -166,8 +166,8 @@ int run(int argc, char** argv) {
   source = fs::canonical(source);
 
   Found found;
+  walk(source, source, {}, only, found);  // reads and checks every marker; writes nothing
   if (list) {
-    walk(source, source, {}, only, found);
     for (const auto& [exercise, regions] : found) {
       std::cout << exercise;
       for (const std::string& r : regions) std::cout << "  " << r;
@@ -175,12 +175,13 @@ int run(int argc, char** argv) {
     }
     return 0;
   }
+  for (const std::string& name : only)
+    if (!found.count(name)) throw std::runtime_error("--only " + name + ": no exercise of that name is marked");
   if (fs::exists(destination) && !(fs::is_directory(destination) && fs::is_empty(destination)))
     throw std::runtime_error("--to " + destination.string() + ": exists and is not an empty folder");
   fs::create_directories(destination);
+  found.clear();
   walk(source, source, fs::canonical(destination), only, found);
-  for (const std::string& name : only)
-    if (!found.count(name)) throw std::runtime_error("--only " + name + ": no exercise of that name is marked");
   write_file(destination / "STUDENT_COPY.md", student_note(found, only));
   std::cout << "student copy of " << source.string() << " written to " << destination.string() << ": "
             << (only.empty() ? found.size() : only.size()) << " exercises made holes\n";
