@@ -183,8 +183,9 @@ int run(int argc, char** argv) {
   found.clear();
   walk(source, source, fs::canonical(destination), only, found);
   write_file(destination / "STUDENT_COPY.md", student_note(found, only));
-  std::cout << "student copy of " << source.string() << " written to " << destination.string() << ": "
-            << (only.empty() ? found.size() : only.size()) << " exercises made holes\n";
+  const std::size_t holes = only.empty() ? found.size() : only.size();
+  std::cout << "student copy of " << source.string() << " written to " << destination.string() << ": " << holes
+            << (holes == 1 ? " exercise" : " exercises") << " made a hole\n";
   return 0;
 }
 
