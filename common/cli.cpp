@@ -146,7 +146,7 @@ float learning_rate_at(const Options& o, int epoch, int step, int steps_per_epoc
   return static_cast<float>(static_cast<double>(o.lr) * static_cast<double>(t) / static_cast<double>(warmup_steps));
 }
 
-std::string usage(const ChapterInfo& c) {
+std::string usage(const ChapterInfo& c, const std::string& own_usage) {
   std::string u = "usage: " + c.name + " [options]\n  " + c.summary +
                   "\n\noptions (--flag value or --flag=value):\n";
   u += "  --epochs N        passes over the training set (default 10)\n";
@@ -164,6 +164,7 @@ std::string usage(const ChapterInfo& c) {
   if (c.max_devices > 1)
     u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
   u += "  --help, -h        this text\n";
+  if (!own_usage.empty()) u += "\nthis chapter:\n" + own_usage;
   return u;
 }
 
@@ -216,24 +217,27 @@ std::string check_options(const Options& o, const ChapterInfo& chapter) {
   return "";
 }
 
-ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter) {
+ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter, const FlagTable& own) {
   ParseResult r;
   r.options = default_options(chapter);
-  const FlagsResult f = parse_flags(args, common_flags(r.options, chapter));
+  FlagTable flags = common_flags(r.options, chapter);
+  flags.insert(own.begin(), own.end());
+  const FlagsResult f = parse_flags(args, flags);
   r.help = f.help;
   r.error = f.error;
   if (!r.help && r.error.empty()) r.error = check_options(r.options, chapter);
   return r;
 }
 
-Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter) {
-  const ParseResult r = parse_options(std::vector<std::string>(argv + 1, argv + argc), chapter);
+Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter, const FlagTable& own,
+                           const std::string& own_usage) {
+  const ParseResult r = parse_options(std::vector<std::string>(argv + 1, argv + argc), chapter, own);
   if (r.help) {
-    std::fputs(usage(chapter).c_str(), stdout);
+    std::fputs(usage(chapter, own_usage).c_str(), stdout);
     std::exit(0);
   }
   if (!r.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n\n%s", chapter.name.c_str(), r.error.c_str(), usage(chapter).c_str());
+    std::fprintf(stderr, "%s: %s\n\n%s", chapter.name.c_str(), r.error.c_str(), usage(chapter, own_usage).c_str());
     std::exit(2);
   }
   return r.options;

@@ -99,19 +99,26 @@ struct ParseResult {
   std::string error;     // non-empty: why the command line was refused
 };
 
-// Pure function (no printing, no exiting), so the tests can call it.
-ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter);
+// Pure function (no printing, no exiting), so the tests can call it. `own`: a chapter's flags
+// of its own, read beside the shared ones (their setters store into the chapter's variables).
+ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter,
+                          const FlagTable& own = {});
 
-// The pieces of parse_options, for a chapter with flags of its own: start from
-// default_options(chapter), add the chapter's flags to common_flags(options, chapter), call
-// parse_flags() once, then check_options() (the checks between flags, once all are read).
+// The pieces of parse_options, for a program that reads its command line its own way (chapter
+// 05, under MPI): start from default_options(chapter), add its flags to
+// common_flags(options, chapter), call parse_flags() once, then check_options() (the checks
+// between flags, once all are read).
 Options default_options(const ChapterInfo& chapter);
 FlagTable common_flags(Options& o, const ChapterInfo& chapter);
 std::string check_options(const Options& o, const ChapterInfo& chapter);
 
-std::string usage(const ChapterInfo& chapter);
+// The shared flags' usage; with `own_usage` (the lines of a chapter's own flags) after it,
+// under "this chapter:".
+std::string usage(const ChapterInfo& chapter, const std::string& own_usage = "");
 
-// For main(): parse, or print the reason and the usage and exit(2); --help exits 0.
-Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter);
+// For main(): parse, or print the reason and the usage and exit(2); --help exits 0. `own` and
+// `own_usage`: the chapter's own flags, as for parse_options() and usage().
+Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter, const FlagTable& own = {},
+                           const std::string& own_usage = "");
 
 }  // namespace mgpu

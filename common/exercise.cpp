@@ -6,8 +6,7 @@ namespace mgpu {
 
 void report_exercise_not_done(const char* exercise, const char* readme) {
   std::fflush(stdout);  // what the program printed so far comes first
-  std::fprintf(stderr, "exercise %s is not done yet: it is a hole of this student copy; see %s, \"Fill the holes\"\n",
-               exercise, readme);
+  std::fprintf(stderr, MGPU_EXERCISE_MESSAGE, exercise, readme);
   std::fflush(stderr);
   // _Exit, not exit: other threads (a device's worker, OpenMP's) may be running, and exit()
   // would destroy objects they are using.

@@ -11,6 +11,11 @@
 
 #include "backend.h"
 
+// The message, one format for the host and the GPU (a literal: device code can print only
+// those): the exercise, then the README whose "Fill the holes" section describes it.
+#define MGPU_EXERCISE_MESSAGE \
+  "exercise %s is not done yet: it is a hole of this student copy; see %s, \"Fill the holes\"\n"
+
 namespace mgpu {
 
 // Host side: prints which exercise is missing and where to read about it, then ends the
@@ -24,8 +29,7 @@ namespace mgpu {
 // reports the failure and stops the program.
 [[noreturn]] MGPU_HD inline void exercise_not_done(const char* exercise, const char* readme) {
 #if defined(__CUDA_ARCH__)
-  printf("exercise %s is not done yet: it is a hole of this student copy; see %s, \"Fill the holes\"\n", exercise,
-         readme);
+  printf(MGPU_EXERCISE_MESSAGE, exercise, readme);
   __trap();
   __builtin_unreachable();
 #else

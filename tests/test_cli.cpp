@@ -192,6 +192,22 @@ TEST_CASE("the flag parser, for a program's own flags") {
   CHECK(mgpu::parse_flags({"--n", "x", "--bogus"}, flags).error == "--n needs an integer, got 'x'");
 }
 
+TEST_CASE("a chapter's own flags are read beside the shared ones, and listed under 'this chapter'") {
+  std::string mode = "off";
+  const mgpu::FlagTable own = {{"--mode", [&mode](const std::string&, const std::string& v) {
+                                  mode = v;
+                                  return std::string();
+                                }}};
+  const mgpu::ParseResult r = mgpu::parse_options({"--mode", "fast", "--epochs", "3"}, kLenet, own);
+  CHECK(r.error == "");
+  CHECK(mode == "fast");
+  CHECK(r.options.epochs == 3);
+  CHECK(contains(mgpu::parse_options({"--bogus", "1"}, kLenet, own).error, "unknown option '--bogus'"));
+  const std::string u = mgpu::usage(kLenet, "  --mode M  how\n");
+  CHECK(contains(u, "\nthis chapter:\n  --mode M  how\n"));
+  CHECK_FALSE(contains(mgpu::usage(kLenet), "\nthis chapter:\n"));
+}
+
 TEST_CASE("--warmup-epochs: the rate rises linearly to --lr over the first N epochs, then stays") {
   const mgpu::ParseResult r = mgpu::parse_options({"--lr", "0.8", "--warmup-epochs", "2", "--epochs", "3"}, kLenet);
   REQUIRE(r.error == "");

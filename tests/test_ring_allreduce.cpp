@@ -40,27 +40,38 @@ TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n 
   CHECK(ring::chunk_of(Elements{2}, 4, 3).count == 0);  // fewer elements than devices: empty chunks
 }
 
-// The halves alone. bench::input's small integers again, so sums are exact in any order.
+// One buffer of n floats per device, device i's holding host_of(i), and the pointers an
+// allreduce takes.
+struct OnDevices {
+  OnDevices(const mgpu::DeviceSet& devices, std::size_t n, const std::function<std::vector<float>(int)>& host_of) {
+    for (int i = 0; i < devices.size(); ++i) {
+      buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
+      buffers.back().upload(host_of(i));
+    }
+  }
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> data;
+};
+
+// The halves alone, for k = 1..5 devices and sizes below, at and above k. bench::input's small
+// integers again, so sums are exact in any order.
 TEST_CASE("reduce_scatter: device i ends with the whole sum of chunk (i + 1) mod k") {
   for (int k = 1; k <= 5; ++k)
     for (std::size_t n : {std::size_t(3), std::size_t(13), std::size_t(1009)}) {
       CAPTURE(k);
       CAPTURE(n);
       mgpu::DeviceSet devices(k);
-      std::vector<mgpu::Buffer<float>> buffers;
-      std::vector<float*> data;
       std::vector<float> sum(n, 0.0f);
-      for (int i = 0; i < k; ++i) {
+      OnDevices on(devices, n, [&](int i) {
         std::vector<float> host(n);
         for (std::size_t j = 0; j < n; ++j) host[j] = bench::input(i, j), sum[j] += host[j];
-        buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
-        buffers.back().upload(host);
-      }
+        return host;
+      });
       ring::RingAllreduce allreduce(devices, n);
-      allreduce.reduce_scatter(data, Elements{n});
+      allreduce.reduce_scatter(on.data, Elements{n});
       for (int i = 0; i < k; ++i) {
         const ring::Chunk c = ring::chunk_of(Elements{n}, k, (i + 1) % k);
-        const std::vector<float> got = buffers[i].download();
+        const std::vector<float> got = on.buffers[i].download();
         testing::check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
                              std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
                              "device " + std::to_string(i) + "'s chunk");
@@ -76,19 +87,16 @@ TEST_CASE("all_gather: every device ends with chunk (i + 1) mod k of each device
       mgpu::DeviceSet devices(k);
       std::vector<float> expected(n);
       for (std::size_t j = 0; j < n; ++j) expected[j] = bench::input(7, j);
-      std::vector<mgpu::Buffer<float>> buffers;
-      std::vector<float*> data;
-      for (int i = 0; i < k; ++i) {
-        // Device i holds only its own chunk; everything else is -1, which no input is.
+      // Device i holds only its own chunk; everything else is -1, which no input is.
+      OnDevices on(devices, n, [&](int i) {
         const ring::Chunk own = ring::chunk_of(Elements{n}, k, (i + 1) % k);
         std::vector<float> host(n, -1.0f);
         for (std::size_t j = own.begin; j < own.begin + own.count; ++j) host[j] = expected[j];
-        buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
-        buffers.back().upload(host);
-      }
+        return host;
+      });
       ring::RingAllreduce allreduce(devices, n);
-      allreduce.all_gather(data, Elements{n});
-      for (int i = 0; i < k; ++i) testing::check_equal(buffers[i].download(), expected, "device " + std::to_string(i));
+      allreduce.all_gather(on.data, Elements{n});
+      for (int i = 0; i < k; ++i) testing::check_equal(on.buffers[i].download(), expected, "device " + std::to_string(i));
     }
 }
 

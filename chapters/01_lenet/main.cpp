@@ -17,28 +17,17 @@ int main(int argc, char** argv) {
   const mgpu::ChapterInfo chapter{"01_lenet", "d2l's LeNet from raw parameter arrays, trained on one device",
                                   /*default_devices=*/1, /*max_devices=*/1};
   // The shared flags, and this chapter's own: --profile on|off.
-  mgpu::Options o = mgpu::default_options(chapter);
   bool profile = false;
-  mgpu::FlagTable flags = mgpu::common_flags(o, chapter);
-  flags["--profile"] = [&profile](const std::string& flag, const std::string& v) -> std::string {
-    if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-    profile = v == "on";
-    return "";
-  };
-  const std::string usage = mgpu::usage(chapter) +
-                            "\nthis chapter:\n"
-                            "  --profile on|off  before training, time one step kernel by kernel and print the\n"
-                            "                    table (default off)\n";
-  const mgpu::FlagsResult parsed = mgpu::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
-  if (parsed.help) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  const std::string error = parsed.error.empty() ? mgpu::check_options(o, chapter) : parsed.error;
-  if (!error.empty()) {
-    std::fprintf(stderr, "01_lenet: %s\n\n%s", error.c_str(), usage.c_str());
-    return 2;
-  }
+  const mgpu::FlagTable own = {
+      {"--profile", [&profile](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+         profile = v == "on";
+         return "";
+       }}};
+  const mgpu::Options o = mgpu::parse_command_line(
+      argc, argv, chapter, own,
+      "  --profile on|off  before training, time one step kernel by kernel and print the\n"
+      "                    table (default off)\n");
   try {
     const mgpu::DeviceSet devices(1);
     std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,

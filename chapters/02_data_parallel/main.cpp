@@ -21,30 +21,18 @@ int main(int argc, char** argv) {
                                   "d2l's data-parallel LeNet: get_params, allreduce, split_batch, train_batch",
                                   /*default_devices=*/2, /*max_devices=*/1024};
   // The shared flags, and this chapter's own: --trainer ddp|dataparallel.
-  mgpu::Options o = mgpu::default_options(chapter);
   bool dataparallel = false;
-  mgpu::FlagTable flags = mgpu::common_flags(o, chapter);
-  flags["--trainer"] = [&dataparallel](const std::string& flag, const std::string& v) -> std::string {
-    if (v != "ddp" && v != "dataparallel") return flag + " must be 'ddp' or 'dataparallel', got '" + v + "'";
-    dataparallel = v == "dataparallel";
-    return "";
-  };
-  const std::string usage =
-      mgpu::usage(chapter) +
-      "\nthis chapter:\n"
+  const mgpu::FlagTable own = {
+      {"--trainer", [&dataparallel](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "ddp" && v != "dataparallel") return flag + " must be 'ddp' or 'dataparallel', got '" + v + "'";
+         dataparallel = v == "dataparallel";
+         return "";
+       }}};
+  const mgpu::Options o = mgpu::parse_command_line(
+      argc, argv, chapter, own,
       "  --trainer ddp|dataparallel  ddp (default): every device steps, gradients allreduced;\n"
       "                              dataparallel: torch.nn.DataParallel's step, device 0 holds the\n"
-      "                              master parameters, the loss and the update (evaluates on device 0)\n";
-  const mgpu::FlagsResult parsed = mgpu::parse_flags(std::vector<std::string>(argv + 1, argv + argc), flags);
-  if (parsed.help) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  const std::string error = parsed.error.empty() ? mgpu::check_options(o, chapter) : parsed.error;
-  if (!error.empty()) {
-    std::fprintf(stderr, "02_data_parallel: %s\n\n%s", error.c_str(), usage.c_str());
-    return 2;
-  }
+      "                              master parameters, the loss and the update (evaluates on device 0)\n");
   try {
     {
       const mgpu::DeviceSet all(o.devices);

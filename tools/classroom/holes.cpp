@@ -78,7 +78,7 @@ std::vector<Region> find_regions(const std::string& text, const std::string& fil
       if (open)
         throw MarkerError(where + "BEGIN EXERCISE " + m.name + " inside the region of " + regions.back().exercise +
                           " (opened on line " + std::to_string(regions.back().begin_line) + ")");
-      regions.push_back({m.name, number, 0});
+      regions.push_back({m.name, number, 0, m.indent});
       open = true;
     } else if (m.kind == "END") {
       if (!open) throw MarkerError(where + "END EXERCISE " + m.name + " without its BEGIN");
@@ -106,9 +106,8 @@ std::string punch_holes(const std::string& text, const std::string& file, const 
     if (next < regions.size() && regions[next].begin_line == number) {
       const Region& r = regions[next++];
       if (only.empty() || only.count(r.exercise)) {
-        const std::string indent = parse_marker(lines.lines[i], file, number).indent;
-        out += indent + "// EXERCISE " + r.exercise + ": your code goes here (" + readme + ", \"Fill the holes\")\n";
-        out += indent + "mgpu::exercise_not_done(\"" + r.exercise + "\", \"" + readme + "\");\n";
+        out += r.indent + "// EXERCISE " + r.exercise + ": your code goes here (" + readme + ", \"Fill the holes\")\n";
+        out += r.indent + "mgpu::exercise_not_done(\"" + r.exercise + "\", \"" + readme + "\");\n";
         i = static_cast<std::size_t>(r.end_line) - 1;  // skip to the END marker; the loop steps past it
         continue;
       }

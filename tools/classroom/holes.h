@@ -29,10 +29,12 @@ struct MarkerError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// One region: the exercise it belongs to and its marker lines (1-based).
+// One region: the exercise it belongs to, its marker lines (1-based) and the BEGIN marker's
+// indentation (where the stub goes).
 struct Region {
   std::string exercise;
   int begin_line = 0, end_line = 0;
+  std::string indent;
 };
 
 // The regions of a file's text, in order. Throws MarkerError, naming `file` and the line, for
