@@ -7,6 +7,12 @@
 
 namespace mgpu {
 
+// Now, in seconds on the host's steady clock: the clock Timestamp (device.h) reports in, so that
+// host and device times can be drawn on one timeline.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 class SyncTimer {
  public:
   explicit SyncTimer(const DeviceSet& devices) : devices_(devices) {}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every file a README points to exists: the targets of its Markdown links and images, and every
 # `figures/...` path it quotes (the plots, CSVs and logs that back its numbers). A path is read
-# relative to the README's folder, or else to the repository root.
+# relative to the README's folder, or else to the repository root. And every plot in a figures/
+# folder that a README shows has its machine stamp beside it (NAME.stamp.txt for NAME.png,
+# written by the chapter's make_figures.sh with tools/machine_stamp.sh): what it was measured on.
 #
 #   tools/check_readme_links.sh        # ctest runs it as readme_links
 #
@@ -23,6 +25,9 @@ check() {
     # shellcheck disable=SC2086 # unquoted on purpose: a glob in the README is expanded
     if ! compgen -G "$folder/$target" >/dev/null && ! compgen -G "$root/$target" >/dev/null; then
       echo "$readme: $target does not exist"
+    elif [[ $target == *figures/*.png ]] && [ ! -f "$folder/${target%.png}.stamp.txt" ] &&
+         [ ! -f "$root/${target%.png}.stamp.txt" ]; then
+      echo "$readme: $target has no machine stamp beside it (${target%.png}.stamp.txt)"
     fi
   done
 }

@@ -2,6 +2,8 @@
 # Chapter 02's results that answer "what do more devices buy?", each from one command, with
 # the logs and CSVs behind every figure and a stamp of the machine (tools/machine_stamp.sh):
 #
+#   curves    d2l's recipe on 1 device and then on 2 (the program's default run): test accuracy
+#             and time per epoch, one plot of both.
 #   scaling   throughput and speed-up for 1, 2 and 4 devices, strong scaling (the global batch
 #             stays 256) and weak scaling (256 per device, the global batch grows, the rate
 #             scaled with it), with the ideal line; and where a step's time goes for each run
@@ -13,10 +15,11 @@
 #             4-device sweep once more with one epoch of warm-up (--warmup-epochs 1).
 #
 # Usage (from anywhere, after building):
-#   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] scaling|lr|all
+#   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] curves|scaling|lr|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: smaller runs, to see that everything works.
-# Takes (cpu backend, 2 cores): scaling about 4 minutes, lr about 8; run nothing else meanwhile.
+# Takes (cpu backend, 2 cores): curves about 2.5 minutes, scaling about 4, lr about 8; run nothing
+# else meanwhile.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,14 +27,14 @@ build=$root/build
 out=$root/chapters/02_data_parallel/figures
 quick=0
 what=""
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] scaling|lr|all"
+usage="usage: $0 [--build DIR] [--out DIR] [--quick] curves|scaling|lr|all"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=${2:?$usage}; shift 2 ;;
     --out) out=${2:?$usage}; shift 2 ;;
     --quick) quick=1; shift ;;
     -h|--help) echo "$usage"; exit 0 ;;
-    scaling|lr|all) what=$1; shift ;;
+    curves|scaling|lr|all) what=$1; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +74,18 @@ run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log a
   echo "== 02_data_parallel $*"
   "$program" --progress off --out "$runs/out" "$@" >"$runs/$name.log" 2>&1 || { cat "$runs/$name.log"; exit 1; }
   grep '^result:' "$runs/$name.log"
+}
+
+curves() {
+  local args=()
+  [ "$quick" = 1 ] && args=(--epochs 2 --limit-train 5120)
+  run curves ${args[@]+"${args[@]}"}
+  local backend; backend=$(backend_of "$runs/curves.log")
+  cp "$runs/curves.log" "$out/02_data_parallel_$backend.log"
+  for k in 1 2; do cp "$runs/out/02_data_parallel_k$k.csv" "$out/02_data_parallel_k${k}_$backend.csv"; done
+  cp "$runs/out/02_data_parallel.png" "$out/02_data_parallel_$backend.png"
+  "$root/tools/machine_stamp.sh" >"$out/02_data_parallel_$backend.stamp.txt"
+  echo "wrote $out/02_data_parallel_$backend.{log,png,stamp.txt} and its two CSVs"
 }
 
 scaling() {
@@ -200,5 +215,6 @@ PLOT
 case "$what" in
   scaling) scaling ;;
   lr) lr_sweep ;;
-  all) scaling; lr_sweep ;;
+  curves) curves ;;
+  all) curves; scaling; lr_sweep ;;
 esac

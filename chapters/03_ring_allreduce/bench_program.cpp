@@ -182,11 +182,9 @@ void print_model_check(const cost::SharedMemory& m, const std::vector<Measuremen
   }
 }
 
-// What the model predicts on links this machine does not have; also written as CSV.
-void print_interconnect_predictions(const Settings& settings, const std::string& csv_path) {
-  std::ofstream csv(csv_path);
-  if (!csv) throw mgpu::Error(csv_path + ": cannot be written");
-  csv << "interconnect,devices,bytes,naive_us,ring_us\n";
+// What the model predicts on links this machine does not have (printed for LeNet's bucket and
+// 256 MiB, k = 2..8).
+void print_interconnect_predictions(const Settings& settings) {
   const double lenet_bytes = double(lenet::flat_count()) * sizeof(float);  // the flat bucket
   const double large_bytes = double(std::size_t(256) << 20);
   for (const cost::Interconnect& c : cost::published_interconnects(settings.alpha_us * 1e-6)) {
@@ -201,11 +199,31 @@ void print_interconnect_predictions(const Settings& settings, const std::string&
       for (double bytes : {lenet_bytes, large_bytes}) {
         const double naive = cost::naive_seconds(c, k, bytes) * 1e6, ring = cost::ring_seconds(c, k, bytes) * 1e6;
         std::printf("  %9.1f %9.1f %10.2f", naive, ring, naive / ring);
-        csv << '"' << c.name << "\"," << k << ',' << bytes << ',' << naive << ',' << ring << '\n';
       }
       std::printf("\n");
     }
   }
+}
+
+// Every model's prediction at every measured device count and size, as CSV: this machine's
+// (shared memory, alpha and beta as calibrated) and the published interconnects'. The figure of
+// measured times beside the predictions is drawn from it (make_figures.sh).
+void write_model_csv(const std::string& path, const cost::SharedMemory& shared, const Settings& settings) {
+  std::ofstream csv(path);
+  if (!csv) throw mgpu::Error(path + ": cannot be written");
+  csv << "model,devices,bytes,naive_us,ring_us\n";
+  const auto row = [&](const std::string& name, const auto& model, int k, double bytes) {
+    csv << '"' << name << "\"," << k << ',' << bytes << ',' << cost::naive_seconds(model, k, bytes) * 1e6 << ','
+        << cost::ring_seconds(model, k, bytes) * 1e6 << '\n';
+  };
+  // One model and device count after another: a plotting tool then draws each as one line.
+  const auto rows = [&](const std::string& name, const auto& model) {
+    for (int k : settings.device_counts)
+      for (std::size_t bytes = settings.min_bytes; bytes <= settings.max_bytes; bytes *= 2)
+        row(name, model, k, double(bytes));
+  };
+  rows("this machine (shared memory)", shared);
+  for (const cost::Interconnect& c : cost::published_interconnects(settings.alpha_us * 1e-6)) rows(c.name, c);
 }
 
 }  // namespace
@@ -306,7 +324,8 @@ int main_program(int argc, char** argv, const std::string& program, const Algori
 
     print_model_check(shared, results, settings);
     const std::string model_csv = (fs::path(settings.out) / (program + "_model.csv")).string();
-    print_interconnect_predictions(settings, model_csv);
+    print_interconnect_predictions(settings);
+    write_model_csv(model_csv, shared, settings);
 
     const std::string csv = (fs::path(settings.out) / (program + ".csv")).string();
     const std::string png = (fs::path(settings.out) / (program + ".png")).string();

@@ -9,6 +9,7 @@
 #if MGPU_CUDA && MGPU_HAVE_NCCL
 #include "common/nccl.h"
 #endif
+#include "common/timer.h"
 
 namespace mp {
 
@@ -116,7 +117,9 @@ class MpiAllreduce : public GradientAllreduce {
   }
   void wait_started(lenet::Params& g) override {
     start_copied(/*wait=*/true);
+    const double begin = mgpu::steady_seconds();
     requests_.wait_all();
+    note("MPI_Waitall", begin, mgpu::steady_seconds());
     mgpu::copy_bytes_to_device(device_, g.flat(), host_.data(), bucket_bytes());
   }
 
@@ -133,7 +136,9 @@ class MpiAllreduce : public GradientAllreduce {
         return;
       }
       const Slice s = layer_slice(layer);
+      const double begin = mgpu::steady_seconds();
       requests_.start_sum(world_, host_.data() + s.offset, s.count);
+      note("MPI sum of layer " + std::to_string(layer) + " started", begin, mgpu::steady_seconds());
       waiting_.erase(waiting_.begin());
     }
   }

@@ -16,6 +16,7 @@
 //               without waiting; finish(g) then waits for the four sums before the SGD step.
 //               This is DDP's bucketed overlap, with one bucket per layer.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,13 +54,23 @@ class GradientAllreduce {
   // Waits until the device has done all queued work, watching for errors of the collective.
   virtual void synchronize(const mgpu::Device& d) { mgpu::synchronize(d); }
 
+  // Profiling (chapter 05's overlap timeline): the collective notes what its host thread did
+  // and when (seconds on mgpu::steady_seconds' clock); an empty function (the usual case)
+  // notes nothing. The MPI collective notes when each layer's sum starts and the wait for them.
+  using HostNote = std::function<void(const std::string& what, double begin_s, double end_s)>;
+  void note_with(HostNote note) { note_ = std::move(note); }
+
  protected:
   virtual void reduce_bucket(lenet::Params& g) = 0;  // all of g at once, in one call
   virtual void start(lenet::Params& g, int layer) = 0;  // non-blocking, one layer's slice
   virtual void wait_started(lenet::Params& g) = 0;  // all layers started this step are summed
+  void note(const std::string& what, double begin_s, double end_s) const {
+    if (note_) note_(what, begin_s, end_s);
+  }
 
  private:
   int started_ = 0;  // layers started this step
+  HostNote note_;
 };
 
 // nccl where this build has NCCL, else mpi.

@@ -3,7 +3,10 @@
 //   srun --mpi=pmix --ntasks-per-node=8 build/bin/05_multi_process  (a SLURM cluster)
 // or run it alone for K = 1. Every copy trains on its own device and its own block of every
 // global batch; rank 0 prints, writes the CSV and the plot.
+#include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +58,26 @@ void print_profile(const std::array<mp::StepProfile, 2>& p, int steps, int ranks
               off.step > 0 ? 100 * (off.step - on.step) / off.step : 0.0);
 }
 
+// The traced steps of every rank, as one CSV on rank 0: <out>/<run name>_timeline.csv, one row
+// per span (rank, overlap off/on, lane, what, begin and end in ms from the step's start).
+void write_timeline(const mp::World& w, const mp::Config& c, const std::array<mp::StepTrace, 2>& traces) {
+  std::string rows;
+  for (int m = 0; m < 2; ++m)
+    for (const mp::TraceSpan& t : traces[m]) {
+      char row[160];
+      std::snprintf(row, sizeof row, "%d,%s,%s,%s,%.4f,%.4f\n", w.rank, m ? "on" : "off", t.lane.c_str(),
+                    t.what.c_str(), t.begin_ms, t.end_ms);
+      rows += row;
+    }
+  const std::string all = mp::gather_text(w, rows);
+  if (w.rank != 0) return;
+  const std::string path = (std::filesystem::path(c.o.out) / (run_name(w, c) + "_timeline.csv")).string();
+  std::ofstream csv(path);
+  csv << "rank,overlap,lane,what,begin_ms,end_ms\n" << all;
+  if (!csv.flush()) throw mgpu::Error(path + ": cannot be written");
+  std::printf("wrote %s (one traced step with overlap off and one with it on, every rank)\n", path.c_str());
+}
+
 void run(const mp::World& w, mp::Config c) {
   const mp::RankDevice rank_device(w);
   std::string note;
@@ -82,8 +105,9 @@ void run(const mp::World& w, mp::Config c) {
   mp::train(w, d, data, c, *allreduce, log ? &*log : nullptr);
 
   if (c.profile_steps > 0) {
-    const auto profile = mp::profile_steps(w, d, data, c, *allreduce, c.profile_steps);
-    if (w.rank == 0) print_profile(profile, c.profile_steps, w.size);
+    const mp::Profile profile = mp::profile_steps(w, d, data, c, *allreduce, c.profile_steps);
+    if (w.rank == 0) print_profile(profile.phases, c.profile_steps, w.size);
+    write_timeline(w, c, profile.traces);
   }
   // The end is a step all ranks take together: rank 0 writes the results while the others wait,
   // and all of them learn whether it worked before any of them leaves.

@@ -1,58 +1,82 @@
 #!/usr/bin/env bash
-# The chapter's CPU figures: d2l's defaults on 1 process, on 2 processes, and on 2 processes
-# without overlap, then one plot of the three beside chapter 02's 1-device run.
+# Chapter 05's results, each from one command, with the logs and CSVs behind every figure and a
+# stamp of the machine (tools/machine_stamp.sh):
 #
-# Usage (from the repository root, after building):
-#   chapters/05_multi_process/make_figures.sh [BUILD_DIR] [-- extra flags for every run]
-# Example, a quick look:
-#   chapters/05_multi_process/make_figures.sh build -- --epochs 2 --limit-train 10000
+#   training  d2l's recipe on 1 process and on 2 (overlap on, then off), beside chapter 02's
+#             1-device run: test accuracy and time per epoch, and each run's per-step profile.
+#   overlap   the overlap timeline: one traced step with overlap off and one with it on, every
+#             rank's device (forward and backward, each layer's gradients complete, waiting for
+#             the sum, sgd) and host thread (the collective's calls), from the program's
+#             <run>_timeline.csv; and the per-step profile over 200 steps of each.
 #
-# K = 1 is started directly, not by mpirun: Open MPI binds each process to one core when it
+# Usage (from anywhere, after building; mpirun from Open MPI on the PATH):
+#   chapters/05_multi_process/make_figures.sh [--build DIR] [--out DIR] [--quick] training|overlap|all
+# Default build folder build/, default output this chapter's figures/ (where the README's
+# figures come from). --quick: tiny runs, to see that everything works.
+# Takes (cpu backend, 2 cores): training about 3 minutes, overlap about 20 s.
+#
+# 1 process is started directly, not by mpirun: Open MPI binds each process to one core when it
 # starts 1 or 2 of them, and a single process should have both cores of a 2-core machine.
 set -euo pipefail
 
-build_dir=build
-if [[ $# -gt 0 && $1 != -- ]]; then
-    build_dir=$1
-    shift
-fi
-if [[ $# -gt 0 ]]; then
-    if [[ $1 != -- ]]; then
-        echo "usage: $0 [BUILD_DIR] [-- extra flags for every run]" >&2
-        exit 2
-    fi
-    shift
-fi
-extra=("$@")
-program=$build_dir/bin/05_multi_process
-out=results
-if [[ ! -x $program ]]; then
-    echo "error: $program not found; build it first: cmake -S . -B $build_dir && cmake --build $build_dir -j" >&2
-    exit 1
-fi
-if ! command -v mpirun >/dev/null; then
-    echo "error: mpirun not found: apt-get install openmpi-bin" >&2
-    exit 1
-fi
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build
+out=$root/chapters/05_multi_process/figures
+quick=0
+what=""
+usage="usage: $0 [--build DIR] [--out DIR] [--quick] training|overlap|all"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=${2:?$usage}; shift 2 ;;
+    --out) out=${2:?$usage}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    training|overlap|all) what=$1; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+[ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+program=$build/bin/05_multi_process
+[ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "error: mpirun not found: apt-get install openmpi-bin" >&2; exit 1; }
 mkdir -p "$out"
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
 
-echo "== 1 process"
-"$program" --out "$out" ${extra[@]+"${extra[@]}"} | tee "$out/05_multi_process_k1.log"
-echo "== 2 processes, overlap on"
-mpirun -np 2 "$program" --out "$out" ${extra[@]+"${extra[@]}"} | tee "$out/05_multi_process_k2.log"
-echo "== 2 processes, overlap off"
-mpirun -np 2 "$program" --out "$out" --overlap off ${extra[@]+"${extra[@]}"} |
-    tee "$out/05_multi_process_k2_no_overlap.log"
+backend_of() { awk '/^result:/ { for (i = 1; i <= NF; ++i) if ($i ~ /^backend=/) { sub("backend=", "", $i); print $i; exit } }' "$1"; }
 
-# Chapter 02's 1-device run from the same seed: this repository's figure unless you made your own.
-ch02=$out/02_data_parallel_k1.csv
-[[ -f $ch02 ]] || ch02=chapters/02_data_parallel/figures/02_data_parallel_k1_cpu.csv
+run() {  # run NAME LAUNCHER... -- ARGS...: one run, its output kept in $runs/NAME.log
+  local name=$1; shift
+  local launch=()
+  while [ "$1" != -- ]; do launch+=("$1"); shift; done
+  shift
+  echo "== ${launch[*]} 05_multi_process $*"
+  ${launch[@]+"${launch[@]}"} "$program" --progress off --out "$runs/out" "$@" >"$runs/$name.log" 2>&1 ||
+    { cat "$runs/$name.log"; exit 1; }
+  grep '^result:' "$runs/$name.log"
+}
 
-if command -v gnuplot >/dev/null; then
-    # The paths reach gnuplot as values (ARG1..ARG5 of `gnuplot -c`), never as script text: a
-    # quote or a backquote in --out cannot end a string or run a command.
-    if gnuplot -c /dev/stdin "$out/05_multi_process_cpu.png" "$ch02" "$out/05_multi_process_k1_mpi.csv" \
-        "$out/05_multi_process_k2_mpi.csv" "$out/05_multi_process_k2_mpi_no_overlap.csv" <<'PLOT'
+training() {
+  local args=()
+  [ "$quick" = 1 ] && args=(--epochs 2 --limit-train 2560 --profile-steps 2)
+  run k1 -- ${args[@]+"${args[@]}"}
+  run k2 mpirun -np 2 -- ${args[@]+"${args[@]}"}
+  run k2_no_overlap mpirun -np 2 -- --overlap off ${args[@]+"${args[@]}"}
+  local backend; backend=$(backend_of "$runs/k1.log")
+  for name in k1_mpi k2_mpi k2_mpi_no_overlap; do  # the program's run names (collective mpi)
+    cp "$runs/out/05_multi_process_$name.csv" "$out/05_multi_process_${name}_$backend.csv"
+  done
+  cat "$runs/k1.log" "$runs/k2.log" "$runs/k2_no_overlap.log" >"$out/05_multi_process_$backend.log"
+  "$root/tools/machine_stamp.sh" >"$out/05_multi_process_$backend.stamp.txt"
+  # Chapter 02's 1-device run from the same seed, as that chapter's figures/ keep it.
+  local ch02=$root/chapters/02_data_parallel/figures/02_data_parallel_k1_cpu.csv
+  plot_training "$out/05_multi_process_$backend.png" "$ch02" "$out/05_multi_process_k1_mpi_$backend.csv" \
+    "$out/05_multi_process_k2_mpi_$backend.csv" "$out/05_multi_process_k2_mpi_no_overlap_$backend.csv" "$backend"
+}
+
+plot_training() {  # PNG CH02_CSV K1_CSV K2_CSV K2_NO_OVERLAP_CSV BACKEND
+  command -v gnuplot >/dev/null || { echo "gnuplot not found: $1 not drawn (the CSVs are there)"; return; }
+  gnuplot -c /dev/stdin "$@" <<'PLOT'
 set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
 set output ARG1
 set datafile separator ','
@@ -60,7 +84,7 @@ set key bottom right
 set grid
 set xlabel 'epoch'
 set xrange [0:*]
-set multiplot layout 1,2 title '05_multi_process (cpu build): 1 and 2 processes, beside chapter 02 on 1 device'
+set multiplot layout 1,2 title sprintf('05_multi_process (%s build): 1 and 2 processes, beside chapter 02 on 1 device', ARG6)
 set ylabel 'test accuracy'
 set yrange [0:1]
 plot ARG2 using 1:4 with lines lw 4 lc rgb '#cccccc' title 'chapter 02, 1 device', \
@@ -75,12 +99,62 @@ plot ARG2 using 1:5 with lines lw 4 lc rgb '#cccccc' title 'chapter 02, 1 device
      ARG5 using 1:5 with linespoints dt 2 title '2 processes, overlap off'
 unset multiplot
 PLOT
-    then
-        echo "wrote $out/05_multi_process_cpu.png"
-    else
-        echo "warning: gnuplot failed: no plot, the CSVs have the numbers" >&2
-    fi
-else
-    echo "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers" >&2
-fi
-grep -h '^result:' "$out"/05_multi_process_k*.log
+  echo "wrote $1"
+}
+
+overlap() {
+  local args=(--epochs 1 --limit-train 2560 --profile-steps 200)
+  [ "$quick" = 1 ] && args=(--epochs 1 --limit-train 1024 --profile-steps 2)
+  run overlap mpirun -np 2 -- "${args[@]}"
+  local backend; backend=$(backend_of "$runs/overlap.log")
+  cp "$runs/overlap.log" "$out/05_overlap_timeline_$backend.log"
+  cp "$runs/out/05_multi_process_k2_mpi_timeline.csv" "$out/05_overlap_timeline_$backend.csv"
+  "$root/tools/machine_stamp.sh" >"$out/05_overlap_timeline_$backend.stamp.txt"
+  sed -n '/^per step/,/overlap saves/p' "$runs/overlap.log"
+  plot_timeline "$out/05_overlap_timeline_$backend.csv" "$out/05_overlap_timeline_$backend.png" "$backend"
+}
+
+# Each rank's two lanes as rows (device above host), spans as bars, instants as ticks; one
+# panel per overlap setting, on one time axis.
+plot_timeline() {  # CSV PNG BACKEND
+  command -v gnuplot >/dev/null || { echo "gnuplot not found: $2 not drawn (the CSV is there)"; return; }
+  local ranks; ranks=$(awk -F, 'NR > 1 && $1 + 1 > n { n = $1 + 1 } END { print n }' "$1")
+  gnuplot -c /dev/stdin "$@" "$ranks" <<'PLOT'
+set terminal pngcairo size 1200,520 font 'sans,10' noenhanced
+set output ARG2
+set datafile separator ','
+ranks = int(ARG4)
+set multiplot layout 2,1 title sprintf('05_multi_process (%s build), 2 processes: one traced step', ARG3)
+set xlabel 'ms from the step''s start'
+set yrange [-0.7:2 * ranks - 0.3]
+set ytics () 
+do for [r = 0:ranks - 1] { set ytics add (sprintf('rank %d host', r) 2 * r, sprintf('rank %d device', r) 2 * r + 1) }
+set grid x
+set key outside right top font ',9'
+set style fill solid 0.8 border -1
+row(rank, lane) = 2 * rank + (lane eq 'device' ? 1 : 0)
+is(what, prefix) = strstrt(what, prefix) == 1
+# The span kinds, each its own colour; zero-length spans ("layer 3 complete", "MPI sum of layer
+# 3 started" is a short call) are drawn as ticks.
+do for [m in 'off on'] {
+  set title sprintf('overlap %s', m)
+  set xrange [0:*]
+  plot ARG1 using (strcol(2) eq m && is(strcol(4), 'forward') ? ($5 + $6) / 2 : 1/0):(row($1, strcol(3))):5:6:(row($1, strcol(3)) - 0.3):(row($1, strcol(3)) + 0.3) with boxxyerror lc rgb '#4477aa' title 'forward and backward', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'waiting') ? ($5 + $6) / 2 : 1/0):(row($1, strcol(3))):5:6:(row($1, strcol(3)) - 0.3):(row($1, strcol(3)) + 0.3) with boxxyerror lc rgb '#ee6677' title 'device waits for the sum', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'sgd') ? ($5 + $6) / 2 : 1/0):(row($1, strcol(3))):5:6:(row($1, strcol(3)) - 0.3):(row($1, strcol(3)) + 0.3) with boxxyerror lc rgb '#228833' title 'sgd', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'finish') ? ($5 + $6) / 2 : 1/0):(row($1, strcol(3))):5:6:(row($1, strcol(3)) - 0.12):(row($1, strcol(3)) + 0.12) with boxxyerror lc rgb '#bbbbbb' title 'host in finish()', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'MPI_Waitall') ? ($5 + $6) / 2 : 1/0):(row($1, strcol(3))):5:6:(row($1, strcol(3)) - 0.3):(row($1, strcol(3)) + 0.3) with boxxyerror lc rgb '#aa3377' title 'host in MPI_Waitall', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'layer') ? $5 : 1/0):(row($1, strcol(3)) + 0.42) with points pt 11 ps 1.2 lc rgb '#000000' title 'a layer''s gradients complete (3, 2, 1, 0)', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'MPI sum') ? $5 : 1/0):(row($1, strcol(3)) + 0.42) with points pt 9 ps 1.2 lc rgb '#ccbb44' title 'host starts a layer''s MPI sum', \
+       ''   using (strcol(2) eq m && is(strcol(4), 'start_layer') ? $5 : 1/0):(row($1, strcol(3)) - 0.42) with points pt 1 ps 1 lc rgb '#66ccee' title 'host calls start_layer'
+}
+unset multiplot
+PLOT
+  echo "wrote $2"
+}
+
+case "$what" in
+  training) training ;;
+  overlap) overlap ;;
+  all) training; overlap ;;
+esac

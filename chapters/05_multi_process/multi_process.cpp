@@ -5,8 +5,10 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 
 #include "checkpoint.h"
+#include "common/timer.h"
 #include "sampler.h"
 
 namespace mp {
@@ -72,9 +74,7 @@ struct RankState {
   lenet::Metrics metrics;             // this rank's loss and hits of the epoch
 };
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_seconds() { return mgpu::steady_seconds(); }
 
 // Milliseconds spent in each phase of the steps measured (only when profiling).
 struct PhaseTimes {
@@ -82,10 +82,36 @@ struct PhaseTimes {
   int steps = 0;
 };
 
+// What a traced step records (profile_steps): device timestamps and host spans, all on the
+// host's steady clock. The device's marks are read after the step (Timestamp::seconds waits).
+struct StepRecorder {
+  double start = 0;                            // the step's start (host clock, device idle)
+  std::vector<std::pair<int, mgpu::Timestamp>> layer_done;  // (layer, when the device finished it)
+  mgpu::Timestamp backward_done, summed, updated;
+  StepTrace host;                              // the collective's calls, in ms from start
+  double ms(double seconds) const { return 1e3 * (seconds - start); }
+  StepTrace spans() const {
+    StepTrace t{{"device", "forward and backward", 0, ms(backward_done.seconds())},
+                {"device", "waiting for the sum", ms(backward_done.seconds()), ms(summed.seconds())},
+                {"device", "sgd", ms(summed.seconds()), ms(updated.seconds())}};
+    for (const auto& [layer, when] : layer_done)
+      t.push_back({"device", "layer " + std::to_string(layer) + " complete", ms(when.seconds()), ms(when.seconds())});
+    t.insert(t.end(), host.begin(), host.end());
+    return t;
+  }
+};
+
 // One step, as this rank sees it: its block of global batch `step`, forward and backward on
 // it, the gradients summed over all ranks, and the SGD step of the whole global batch.
+// `times` (synchronizing between phases) or `trace` (not synchronizing) when profiling.
 void train_step(RankState& s, const DistributedSampler& sampler, int step, GradientAllreduce& allreduce, float lr,
-                bool overlap, PhaseTimes* times = nullptr) {
+                bool overlap, PhaseTimes* times = nullptr, StepRecorder* trace = nullptr) {
+  // The host's time spent in one call of the collective, as a span of the trace.
+  auto host_span = [&](const std::string& what, const std::function<void()>& call) {
+    const double begin = now_seconds();
+    call();
+    if (trace) trace->host.push_back({"host", what, trace->ms(begin), trace->ms(now_seconds())});
+  };
   double t = 0;
   auto lap = [&](double PhaseTimes::*phase) {  // device synchronized: only when measuring
     if (!times) return;
@@ -99,14 +125,21 @@ void train_step(RankState& s, const DistributedSampler& sampler, int step, Gradi
   lenet::gather(s.d, s.train_set, s.order.data() + mine.start, mine.count, s.batch);
   s.grads.zero();
   lenet::GradientReady ready;  // empty: backward tells nobody, finish() sums the whole bucket
-  if (overlap) ready = [&](int layer) { allreduce.start_layer(s.grads, layer); };
+  if (overlap)
+    ready = [&](int layer) {
+      if (trace) trace->layer_done.emplace_back(layer, mgpu::Timestamp{}).second.record(s.d);
+      host_span("start_layer(" + std::to_string(layer) + ")", [&] { allreduce.start_layer(s.grads, layer); });
+    };
   lenet::accumulate_gradients(s.d, s.params, s.grads, s.lanes, s.batch.x.data(), s.batch.y.data(), mine.count,
                               s.metrics, ready);
+  if (trace) trace->backward_done.record(s.d);
   lap(&PhaseTimes::compute);
-  allreduce.finish(s.grads);
+  host_span("finish", [&] { allreduce.finish(s.grads); });
+  if (trace) trace->summed.record(s.d);
   lap(&PhaseTimes::wait);
   // Divide by the global batch's size: every rank takes the step one process would take.
   lenet::sgd(s.d, s.params, s.grads, lr, sampler.global_size(step));
+  if (trace) trace->updated.record(s.d);
   lap(&PhaseTimes::update);
   if (times) ++times->steps;
 }
@@ -268,8 +301,8 @@ void finish_together(const World& w, const Config& c, const mgpu::TrainingLog* l
   });
 }
 
-std::array<StepProfile, 2> profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data,
-                                         const Config& c, GradientAllreduce& allreduce, int steps) {
+Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
+                      GradientAllreduce& allreduce, int steps) {
   Config fresh = c;  // from fresh parameters, touching no file
   fresh.resume.clear();
   fresh.checkpoint.clear();
@@ -285,16 +318,32 @@ std::array<StepProfile, 2> profile_steps(const World& w, const mgpu::Device& d, 
     const bool overlap = i % 2 == 1;
     train_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap, i < 2 ? nullptr : &times[overlap]);
   }
-  std::array<StepProfile, 2> out;
+  Profile out;
   for (int m = 0; m < 2; ++m) {
     const PhaseTimes& t = times[m];
     const double n = std::max(1, t.steps);
     double ms[3] = {t.compute / n, t.wait / n, t.update / n};
     sum_over_ranks(w, ms, 3);
-    out[m].compute = ms[0] / w.size;
-    out[m].wait = ms[1] / w.size;
-    out[m].update = ms[2] / w.size;
-    out[m].step = out[m].compute + out[m].wait + out[m].update;
+    StepProfile& p = out.phases[m];
+    p.compute = ms[0] / w.size;
+    p.wait = ms[1] / w.size;
+    p.update = ms[2] / w.size;
+    p.step = p.compute + p.wait + p.update;
+  }
+  // The traced steps: every rank starts from an idle device at the same moment (a barrier), so
+  // the ranks' timelines line up as well as their clocks do (one machine: exactly).
+  for (int m = 0; m < 2; ++m) {
+    StepRecorder r;
+    allreduce.note_with([&r](const std::string& what, double begin, double end) {
+      r.host.push_back({"host", what, r.ms(begin), r.ms(end)});
+    });
+    allreduce.synchronize(d);
+    MGPU_CHECK_MPI(MPI_Barrier(w.comm));
+    r.start = now_seconds();
+    train_step(s, sampler, m % sampler.steps(), allreduce, c.o.lr, /*overlap=*/m == 1, nullptr, &r);
+    allreduce.synchronize(d);
+    allreduce.note_with({});
+    out.traces[m] = r.spans();
   }
   return out;
 }

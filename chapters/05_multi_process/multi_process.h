@@ -72,9 +72,27 @@ struct StepProfile {
   double wait = 0;     // finish(): waiting for the allreduce
   double update = 0;   // the SGD step
 };
+// One step as one rank lived it, for the overlap timeline: spans in ms from the step's start.
+// lane "device": what the rank's device stream did (forward and backward; waiting for the sum;
+// the SGD step), from timestamps the stream records as it passes (mgpu::Timestamp), and a
+// zero-length span "layer L complete" where backward finished layer L's gradients.
+// lane "host": what the rank's thread spent in the collective's calls, from the host's clock:
+// start_layer (which waits until the device has that layer's gradients, then starts its sum)
+// and finish (waiting for the sums). Both clocks are the host's steady clock.
+struct TraceSpan {
+  std::string lane, what;
+  double begin_ms = 0, end_ms = 0;
+};
+using StepTrace = std::vector<TraceSpan>;
+
+struct Profile {
+  std::array<StepProfile, 2> phases;  // [0]: overlap off, [1]: on
+  std::array<StepTrace, 2> traces;    // one traced step each (this rank's), [0] off, [1] on
+};
 // Times `steps` steps with overlap off and `steps` with it on, alternating, from fresh
-// parameters; the device is synchronized between phases. [0]: off, [1]: on.
-std::array<StepProfile, 2> profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data,
-                                         const Config& c, GradientAllreduce& allreduce, int steps);
+// parameters; the device is synchronized between phases. Then traces one step of each, not
+// synchronized between phases (so that the sums can overlap), from an idle device.
+Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
+                      GradientAllreduce& allreduce, int steps);
 
 }  // namespace mp

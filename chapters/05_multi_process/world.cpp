@@ -71,6 +71,22 @@ std::string gather_lines(const World& w, const std::string& what) {
   return lines;
 }
 
+std::string gather_text(const World& w, const std::string& text) {
+  // First each rank's length, then the characters, each rank's at its displacement.
+  const int mine = static_cast<int>(text.size());
+  std::vector<int> lengths(w.rank == 0 ? w.size : 0), starts(lengths.size());
+  MGPU_CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, w.comm));
+  int total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    starts[r] = total;
+    total += lengths[r];
+  }
+  std::string all(total, '\0');
+  MGPU_CHECK_MPI(MPI_Gatherv(text.data(), mine, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, 0,
+                             w.comm));
+  return all;
+}
+
 void sum_over_ranks(const World& w, double* values, int count) {
   MGPU_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, w.comm));
 }

@@ -51,6 +51,8 @@ World describe_world(MPI_Comm comm);
 
 // One line per rank, gathered on rank 0 (empty on the others): "rank 1: host vm, local rank 1 of 2, <what>".
 std::string gather_lines(const World& w, const std::string& what);
+// Every rank's `text`, of any length, concatenated in rank order on rank 0 ("" elsewhere).
+std::string gather_text(const World& w, const std::string& text);
 
 // values[0..count) summed over all ranks; every rank gets the sums.
 void sum_over_ranks(const World& w, double* values, int count);

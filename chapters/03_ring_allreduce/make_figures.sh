@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Chapter 03's results, each from one command, with the logs and CSVs behind every figure and a
+# stamp of the machine (tools/machine_stamp.sh):
+#
+#   training  d2l's recipe on 2 devices, chapter 02's allreduce and then the ring, from the same
+#             weights and batches (test accuracy and time per epoch), and one step's allreduce
+#             timed three ways.
+#   bench     03_allreduce_bench on 2, 4 and 8 devices from 4 B to 256 MiB (time, algbw,
+#             busbw, wrong elements), and the measured times beside the cost model's
+#             predictions: for this machine (alpha and beta calibrated here) and for two
+#             interconnects it may not have (PCIe Gen4, NVLink 4), one panel per device count.
+#
+# Usage (from anywhere, after building):
+#   chapters/03_ring_allreduce/make_figures.sh [--build DIR] [--out DIR] [--quick] training|bench|all
+# Default build folder build/, default output this chapter's figures/ (where the README's
+# figures come from). --quick: tiny runs, to see that everything works.
+# Takes (cpu backend, 2 cores): training about 2.5 minutes, bench about 2; run nothing else meanwhile.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build
+out=$root/chapters/03_ring_allreduce/figures
+quick=0
+what=""
+usage="usage: $0 [--build DIR] [--out DIR] [--quick] training|bench|all"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=${2:?$usage}; shift 2 ;;
+    --out) out=${2:?$usage}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    training|bench|all) what=$1; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+[ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+for program in 03_ring_allreduce 03_allreduce_bench; do
+  [ -x "$build/bin/$program" ] || { echo "error: $build/bin/$program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
+done
+mkdir -p "$out"
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+
+# The backend a log's program ran on: from the "backend X" line the programs print first.
+backend_of() { awk '$1 == "backend" { sub(",", "", $2); print $2; exit }' "$1"; }
+
+training() {
+  local args=()
+  [ "$quick" = 1 ] && args=(--epochs 1 --limit-train 2048)
+  echo "== 03_ring_allreduce ${args[*]}"
+  local log=$runs/training.log
+  "$build/bin/03_ring_allreduce" --progress off --out "$runs/out" ${args[@]+"${args[@]}"} >"$log" 2>&1 ||
+    { cat "$log"; exit 1; }
+  grep '^result:' "$log"
+  local backend; backend=$(backend_of "$log")
+  cp "$log" "$out/03_ring_allreduce_$backend.log"
+  for algorithm in naive ring; do
+    cp "$runs/out/03_ring_allreduce_${algorithm}_k2.csv" "$out/03_ring_allreduce_${algorithm}_k2_$backend.csv"
+  done
+  cp "$runs/out/03_ring_allreduce.png" "$out/03_ring_allreduce_$backend.png"
+  "$root/tools/machine_stamp.sh" >"$out/03_ring_allreduce_$backend.stamp.txt"
+  echo "wrote $out/03_ring_allreduce_$backend.{log,png,stamp.txt} and its two CSVs"
+}
+
+bench() {
+  local args=()
+  [ "$quick" = 1 ] && args=(--devices 2 --max-bytes 64K)
+  echo "== 03_allreduce_bench ${args[*]}"
+  local log=$runs/bench.log
+  "$build/bin/03_allreduce_bench" --out "$runs/out" ${args[@]+"${args[@]}"} >"$log" 2>&1 || { cat "$log"; exit 1; }
+  local backend; backend=$(backend_of "$log")
+  local name=$out/03_allreduce_bench_$backend
+  cp "$log" "$name.log"
+  cp "$runs/out/03_allreduce_bench.csv" "$name.csv"
+  cp "$runs/out/03_allreduce_bench_model.csv" "${name}_model.csv"
+  cp "$runs/out/03_allreduce_bench.png" "$name.png"
+  "$root/tools/machine_stamp.sh" >"$name.stamp.txt"
+  echo "wrote $name.{log,csv,png,stamp.txt} and ${name}_model.csv"
+  plot_model "$name.csv" "${name}_model.csv" "$out/03_allreduce_model_$backend.png" "$backend"
+  cp "$name.stamp.txt" "$out/03_allreduce_model_$backend.stamp.txt"
+}
+
+# Measured naive and ring times (points) beside the predictions (lines), one panel per device count.
+plot_model() {  # plot_model BENCH_CSV MODEL_CSV PNG BACKEND
+  command -v gnuplot >/dev/null || { echo "gnuplot not found: $3 not drawn (the CSVs are there)"; return; }
+  local counts; counts=$(awk -F, 'NR > 1 { print $2 }' "$1" | sort -un | tr '\n' ' ')
+  gnuplot -c /dev/stdin "$@" "$counts" <<'PLOT'
+set terminal pngcairo size 1200,420 font 'sans,10' noenhanced
+set output ARG3
+set datafile separator ','
+n = words(ARG5)
+set multiplot layout 1,n title sprintf('allreduce time against message size (%s build): measured here (points) and the cost model (lines)', ARG4)
+set logscale xy
+set grid
+set format x '%.0b%B'
+set xlabel 'message (bytes)'
+set ylabel 'time per allreduce (us)'
+set key top left font ',8'
+here = 'this machine (shared memory)'
+pcie = 'PCIe Gen4 x16 (A100 80GB PCIe)'
+nvlink = 'NVLink 4 + NVSwitch (H100 SXM5)'
+do for [i = 1:n] {
+  k = int(word(ARG5, i))
+  set title sprintf('%d devices', k)
+  plot ARG1 using ($2 == k && strcol(1) eq 'naive' ? $3 : 1/0):5 with points pt 7 lc 1 title 'naive, measured', \
+       ''   using ($2 == k && strcol(1) eq 'ring' ? $3 : 1/0):5 with points pt 5 lc 2 title 'ring, measured', \
+       ARG2 using ($2 == k && strcol(1) eq here ? $3 : 1/0):4 with lines lc 1 title 'naive, model of this machine', \
+       ''   using ($2 == k && strcol(1) eq here ? $3 : 1/0):5 with lines lc 2 title 'ring, model of this machine', \
+       ''   using ($2 == k && strcol(1) eq pcie ? $3 : 1/0):4 with lines dt 2 lc 1 title 'naive, PCIe Gen4 model', \
+       ''   using ($2 == k && strcol(1) eq pcie ? $3 : 1/0):5 with lines dt 2 lc 2 title 'ring, PCIe Gen4 model', \
+       ''   using ($2 == k && strcol(1) eq nvlink ? $3 : 1/0):4 with lines dt 3 lw 2 lc 1 title 'naive, NVLink 4 model', \
+       ''   using ($2 == k && strcol(1) eq nvlink ? $3 : 1/0):5 with lines dt 3 lw 2 lc 2 title 'ring, NVLink 4 model'
+}
+unset multiplot
+PLOT
+  echo "wrote $3"
+}
+
+case "$what" in
+  training) training ;;
+  bench) bench ;;
+  all) training; bench ;;
+esac
