@@ -600,6 +600,18 @@ run_chapters() {
     done
   done
 
+  # Chapter 02's DataParallel-style trainer (one process, everything through device 0), to put
+  # beside the DDP-style runs above: on 2 logical devices, and on all GPUs where there are more.
+  local title="chapter 02, DataParallel-style trainer, 2 logical devices on GPU $first_gpu"
+  [[ "$mode" == no-gpu ]] && title="chapter 02, DataParallel-style trainer, 2 logical devices (no GPU)"
+  run_training 02_dataparallel_2dev_1gpu "$title" "${on_one_gpu[@]}" "$bin/02_data_parallel" \
+    --trainer dataparallel --devices 2 "${chapter_options[@]}" --out "$(out_for 02_dataparallel_2dev_1gpu)"
+  if [[ "$mode" != no-gpu && "$gpus" -gt 1 ]]; then
+    run_training 02_dataparallel_all_gpus "chapter 02, DataParallel-style trainer, all $gpus GPUs" \
+      "$bin/02_data_parallel" --trainer dataparallel --devices "$gpus" "${chapter_options[@]}" \
+      --out "$(out_for 02_dataparallel_all_gpus)"
+  fi
+
   # Chapter 04: NCCL, one rank per GPU (the program caps --devices at the GPU count).
   if [[ "$mode" == no-gpu ]]; then
     skip_step 04_nccl_1gpu "chapter 04 (NCCL) on 1 GPU" "no GPU"

@@ -92,6 +92,7 @@ n = words(ARG5)
 set multiplot layout 1,n title sprintf('allreduce time against message size (%s build): measured here (points) and the cost model (lines)', ARG4)
 set logscale xy
 set grid
+set xtics 1024
 set format x '%.0b%B'
 set xlabel 'message (bytes)'
 set ylabel 'time per allreduce (us)'
