@@ -10,30 +10,13 @@
 # figures come from). --quick: a tiny run, to see that everything works.
 # Takes (cpu backend, 2 cores): about 4 minutes, most of it PyTorch's; run nothing else meanwhile.
 set -euo pipefail
-
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=$root/build
-out=$root/chapters/01_lenet/figures
-quick=0
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] [all]"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=${2:?$usage}; shift 2 ;;
-    --out) out=${2:?$usage}; shift 2 ;;
-    --quick) quick=1; shift ;;
-    -h|--help) echo "$usage"; exit 0 ;;
-    all) shift ;;
-    *) echo "$usage" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$out"
-runs=$(mktemp -d)
-trap 'rm -rf "$runs"' EXIT
+source "$(dirname "$0")/../../tools/figures_common.sh"
+figures_parse "" "$@"
 
 args=(--out "$runs/out")
 [ "$quick" = 1 ] && args+=(--epochs 1 --limit-train 2048)
 (cd "$root" && chapters/01_lenet/compare.sh "$build" -- "${args[@]}") | tee "$runs/compare.log"
-backend=$(awk '/^result:/ { for (i = 1; i <= NF; ++i) if ($i ~ /^backend=/) { sub("backend=", "", $i); print $i; exit } }' "$runs/compare.log")
+backend=$(backend_of "$runs/compare.log")
 cp "$runs/compare.log" "$out/01_lenet_vs_torch_$backend.log"
 cp "$runs/out/01_lenet.csv" "$out/01_lenet_$backend.csv"
 cp "$runs/out/01_lenet_torch.csv" "$out/01_lenet_torch_$backend.csv"
@@ -41,7 +24,7 @@ cp "$runs/out/01_lenet_torch.csv" "$out/01_lenet_torch_$backend.csv"
 for plot in 01_lenet 01_lenet_vs_torch; do
   if [ -f "$runs/out/$plot.png" ]; then
     cp "$runs/out/$plot.png" "$out/${plot}_$backend.png"
-    "$root/tools/machine_stamp.sh" >"$out/${plot}_$backend.stamp.txt"
+    stamp "$out/${plot}_$backend.png"
   fi
 done
 echo "wrote $out/01_lenet_vs_torch_$backend.{log,png,stamp.txt}, 01_lenet_$backend.csv and 01_lenet_torch_$backend.csv"

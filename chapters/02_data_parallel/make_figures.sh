@@ -21,29 +21,10 @@
 # Takes (cpu backend, 2 cores): curves about 2.5 minutes, scaling about 4, lr about 8; run nothing
 # else meanwhile.
 set -euo pipefail
-
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=$root/build
-out=$root/chapters/02_data_parallel/figures
-quick=0
-what=""
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] curves|scaling|lr|all"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=${2:?$usage}; shift 2 ;;
-    --out) out=${2:?$usage}; shift 2 ;;
-    --quick) quick=1; shift ;;
-    -h|--help) echo "$usage"; exit 0 ;;
-    curves|scaling|lr|all) what=$1; shift ;;
-    *) echo "$usage" >&2; exit 2 ;;
-  esac
-done
-[ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+source "$(dirname "$0")/../../tools/figures_common.sh"
+figures_parse "curves|scaling|lr" "$@"
+require_programs 02_data_parallel
 program=$build/bin/02_data_parallel
-[ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
-mkdir -p "$out"
-runs=$(mktemp -d)
-trap 'rm -rf "$runs"' EXIT
 
 # result_field LOG DEVICES FIELD: FIELD of the result line of the DEVICES-device run in LOG
 result_field() {
@@ -67,7 +48,6 @@ step_times() {
     END { mean = n ? busy / n : compute; printf "%.3f %.3f %.3f %.3f %.3f\n", split_ms, mean, compute - mean, allreduce, sgd }' "$1"
 }
 
-backend_of() { awk '/^result:/ { for (i = 1; i <= NF; ++i) if ($i ~ /^backend=/) { sub("backend=", "", $i); print $i; exit } }' "$1"; }
 
 run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log and echoed
   local name=$1; shift
@@ -84,7 +64,7 @@ curves() {
   cp "$runs/curves.log" "$out/02_data_parallel_$backend.log"
   for k in 1 2; do cp "$runs/out/02_data_parallel_k$k.csv" "$out/02_data_parallel_k${k}_$backend.csv"; done
   cp "$runs/out/02_data_parallel.png" "$out/02_data_parallel_$backend.png"
-  "$root/tools/machine_stamp.sh" >"$out/02_data_parallel_$backend.stamp.txt"
+  stamp "$out/02_data_parallel_$backend.png"
   echo "wrote $out/02_data_parallel_$backend.{log,png,stamp.txt} and its two CSVs"
 }
 
@@ -120,7 +100,7 @@ scaling() {
     done
   } >"$steps"
   cat "$runs"/strong_k2.log "$runs"/weak_k2.log "$runs"/strong_k4.log "$runs"/weak_k4.log >"$out/02_scaling_$backend.log"
-  "$root/tools/machine_stamp.sh" >"$out/02_scaling_$backend.stamp.txt"
+  stamp "$out/02_scaling_$backend.png"
   echo "wrote $csv, $steps, $out/02_scaling_$backend.log"
   cat "$csv" "$steps"
   if command -v gnuplot >/dev/null; then
@@ -184,7 +164,7 @@ lr_sweep() {
   # One series after another (devices, warm-up), so that gnuplot draws each as one line.
   { echo "devices,warmup,lr_per_64,lr,global_batch,test_acc"; sort -t, -k1,1n -k2,2r -k3,3g "$rows"; } >"$csv"
   cat "$runs"/lr_*.log >"$out/02_lr_sweep_$backend.log"
-  "$root/tools/machine_stamp.sh" >"$out/02_lr_sweep_$backend.stamp.txt"
+  stamp "$out/02_lr_sweep_$backend.png"
   echo "wrote $csv, $out/02_lr_sweep_$backend.log"
   cat "$csv"
   plot_lr_sweep "$csv" "$out/02_lr_sweep_$backend.png" "$backend" "$epochs" "$limit"

@@ -16,33 +16,9 @@
 # figures come from). --quick: tiny runs, to see that everything works.
 # Takes (cpu backend, 2 cores): training about 2.5 minutes, bench about 2; run nothing else meanwhile.
 set -euo pipefail
-
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=$root/build
-out=$root/chapters/03_ring_allreduce/figures
-quick=0
-what=""
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] training|bench|all"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=${2:?$usage}; shift 2 ;;
-    --out) out=${2:?$usage}; shift 2 ;;
-    --quick) quick=1; shift ;;
-    -h|--help) echo "$usage"; exit 0 ;;
-    training|bench|all) what=$1; shift ;;
-    *) echo "$usage" >&2; exit 2 ;;
-  esac
-done
-[ -n "$what" ] || { echo "$usage" >&2; exit 2; }
-for program in 03_ring_allreduce 03_allreduce_bench; do
-  [ -x "$build/bin/$program" ] || { echo "error: $build/bin/$program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
-done
-mkdir -p "$out"
-runs=$(mktemp -d)
-trap 'rm -rf "$runs"' EXIT
-
-# The backend a log's program ran on: from the "backend X" line the programs print first.
-backend_of() { awk '$1 == "backend" { sub(",", "", $2); print $2; exit }' "$1"; }
+source "$(dirname "$0")/../../tools/figures_common.sh"
+figures_parse "training|bench" "$@"
+require_programs 03_ring_allreduce 03_allreduce_bench
 
 training() {
   local args=()
@@ -58,7 +34,7 @@ training() {
     cp "$runs/out/03_ring_allreduce_${algorithm}_k2.csv" "$out/03_ring_allreduce_${algorithm}_k2_$backend.csv"
   done
   cp "$runs/out/03_ring_allreduce.png" "$out/03_ring_allreduce_$backend.png"
-  "$root/tools/machine_stamp.sh" >"$out/03_ring_allreduce_$backend.stamp.txt"
+  stamp "$out/03_ring_allreduce_$backend.png"
   echo "wrote $out/03_ring_allreduce_$backend.{log,png,stamp.txt} and its two CSVs"
 }
 
@@ -74,10 +50,10 @@ bench() {
   cp "$runs/out/03_allreduce_bench.csv" "$name.csv"
   cp "$runs/out/03_allreduce_bench_model.csv" "${name}_model.csv"
   cp "$runs/out/03_allreduce_bench.png" "$name.png"
-  "$root/tools/machine_stamp.sh" >"$name.stamp.txt"
+  stamp "$name.png"
   echo "wrote $name.{log,csv,png,stamp.txt} and ${name}_model.csv"
   plot_model "$name.csv" "${name}_model.csv" "$out/03_allreduce_model_$backend.png" "$backend"
-  cp "$name.stamp.txt" "$out/03_allreduce_model_$backend.stamp.txt"
+  stamp "$out/03_allreduce_model_$backend.png"
 }
 
 # Measured naive and ring times (points) beside the predictions (lines), one panel per device count.

@@ -18,32 +18,11 @@
 # 1 process is started directly, not by mpirun: Open MPI binds each process to one core when it
 # starts 1 or 2 of them, and a single process should have both cores of a 2-core machine.
 set -euo pipefail
-
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=$root/build
-out=$root/chapters/05_multi_process/figures
-quick=0
-what=""
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] training|overlap|all"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=${2:?$usage}; shift 2 ;;
-    --out) out=${2:?$usage}; shift 2 ;;
-    --quick) quick=1; shift ;;
-    -h|--help) echo "$usage"; exit 0 ;;
-    training|overlap|all) what=$1; shift ;;
-    *) echo "$usage" >&2; exit 2 ;;
-  esac
-done
-[ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+source "$(dirname "$0")/../../tools/figures_common.sh"
+figures_parse "training|overlap" "$@"
+require_programs 05_multi_process
 program=$build/bin/05_multi_process
-[ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "error: mpirun not found: apt-get install openmpi-bin" >&2; exit 1; }
-mkdir -p "$out"
-runs=$(mktemp -d)
-trap 'rm -rf "$runs"' EXIT
-
-backend_of() { awk '/^result:/ { for (i = 1; i <= NF; ++i) if ($i ~ /^backend=/) { sub("backend=", "", $i); print $i; exit } }' "$1"; }
 
 run() {  # run NAME LAUNCHER... -- ARGS...: one run, its output kept in $runs/NAME.log
   local name=$1; shift
@@ -67,7 +46,7 @@ training() {
     cp "$runs/out/05_multi_process_$name.csv" "$out/05_multi_process_${name}_$backend.csv"
   done
   cat "$runs/k1.log" "$runs/k2.log" "$runs/k2_no_overlap.log" >"$out/05_multi_process_$backend.log"
-  "$root/tools/machine_stamp.sh" >"$out/05_multi_process_$backend.stamp.txt"
+  stamp "$out/05_multi_process_$backend.png"
   # Chapter 02's 1-device run from the same seed, as that chapter's figures/ keep it.
   local ch02=$root/chapters/02_data_parallel/figures/02_data_parallel_k1_cpu.csv
   plot_training "$out/05_multi_process_$backend.png" "$ch02" "$out/05_multi_process_k1_mpi_$backend.csv" \
@@ -114,7 +93,7 @@ overlap() {
   local backend; backend=$(backend_of "$runs/overlap.log")
   cp "$runs/overlap.log" "$out/05_overlap_timeline_$backend.log"
   cp "$runs/out/05_multi_process_k2_mpi_timeline.csv" "$out/05_overlap_timeline_$backend.csv"
-  "$root/tools/machine_stamp.sh" >"$out/05_overlap_timeline_$backend.stamp.txt"
+  stamp "$out/05_overlap_timeline_$backend.png"
   sed -n '/^per step/,/overlap saves/p' "$runs/overlap.log"
   plot_timeline "$out/05_overlap_timeline_$backend.csv" "$out/05_overlap_timeline_$backend.png" "$backend"
 }
