@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "profile.h"
 
@@ -283,6 +284,34 @@ SideStream::~SideStream() {  // no throwing here
   cudaStreamDestroy(device_.stream);
 }
 
+CapturedWork::CapturedWork(const Device& d, std::function<void()> queue_work) : device_(d) {
+  activate(d);
+  // Thread-local capture: only this thread's calls are checked (a cudaMalloc or a synchronize
+  // inside queue_work is an error that names itself); other threads may use their GPUs meanwhile.
+  MGPU_CHECK_CUDA(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    queue_work();
+  } catch (...) {
+    cudaStreamEndCapture(d.stream, &graph);  // leave the stream usable, then report the error
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  MGPU_CHECK_CUDA(cudaStreamEndCapture(d.stream, &graph));
+  const cudaError_t instantiated = cudaGraphInstantiate(&graph_, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  MGPU_CHECK_CUDA(instantiated);
+}
+
+CapturedWork::~CapturedWork() {
+  if (graph_) cudaGraphExecDestroy(graph_);
+}
+
+void CapturedWork::replay() {
+  activate(device_);
+  MGPU_CHECK_CUDA(cudaGraphLaunch(graph_, device_.stream));
+}
+
 void Timestamp::record(const Device& d) {
   device_ = d;
   seconds_ = std::make_shared<double>(-1.0);
@@ -475,6 +504,13 @@ SideStream::SideStream(const Device& d)
 }
 
 SideStream::~SideStream() { stream_->wait_quietly(); }
+
+CapturedWork::CapturedWork(const Device& d, std::function<void()> queue_work)
+    : device_(d), queue_work_(std::move(queue_work)) {}
+
+CapturedWork::~CapturedWork() = default;
+
+void CapturedWork::replay() { queue_work_(); }
 
 void Timestamp::record(const Device& d) {
   device_ = d;

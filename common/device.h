@@ -23,6 +23,7 @@
 // element): too little to measure, so they are always on.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -184,6 +185,33 @@ class Timestamp {
  private:
   Device device_{};
   std::shared_ptr<double> seconds_;  // written by the stream, when it passes the mark
+};
+
+// One device's work, recorded once and then queued again with one call: a CUDA graph. A
+// training step of fixed shape queues the same few dozen kernels every time, and on a GPU each
+// launch costs the host microseconds; captured as a graph, the whole step is one launch and the
+// GPU runs its kernels back to back (chapter 01's README, "CUDA graphs").
+//   cuda: stream capture. What `queue_work` queues on d's stream is recorded, not run
+//         (cudaStreamBeginCapture ... EndCapture, cudaGraphInstantiate); replay() launches the
+//         recorded graph on d's stream. Everything the work reads is fixed at capture: the same
+//         buffers, the same scalars (a learning rate, a batch size).
+//   cpu:  queueing costs no launch, so there is nothing to record: replay() calls queue_work
+//         again. The same code runs on both backends and gives the same arithmetic.
+// So queue_work must queue the same work every time it is called: it may capture values and
+// buffers, never variables that change between replays.
+class CapturedWork {
+ public:
+  CapturedWork(const Device& d, std::function<void()> queue_work);
+  ~CapturedWork();
+  CapturedWork(const CapturedWork&) = delete;
+  CapturedWork& operator=(const CapturedWork&) = delete;
+  void replay();  // queues the recorded work on d; the host does not wait
+ private:
+  Device device_;
+  std::function<void()> queue_work_;  // cpu: what replay() calls
+#if MGPU_CUDA
+  cudaGraphExec_t graph_ = nullptr;
+#endif
 };
 
 // Asks every pair of physical GPUs whether one can read the other's memory directly, enables

@@ -97,4 +97,30 @@ TEST_CASE("two runs with the same seed end with identical parameters") {
   CHECK(a != c);  // and the comparison can tell runs apart
 }
 
+// --graph on: full batches replay one recorded step (a CUDA graph on a GPU) after the gather.
+// Recording changes how the kernels are launched, never which kernels run in which order on
+// which buffers, so the parameters must be bit for bit those of the step queued kernel by
+// kernel. The run has full batches (replayed), a warm-up epoch (not: its rate changes every
+// step) and a last short batch (not: another shape). On the cpu backend both runs queue the same
+// work, so this checks the bookkeeping; on a GPU it checks the graph itself.
+TEST_CASE("a recorded step replays the same arithmetic as the step queued kernel by kernel") {
+  mgpu::FashionMnist data = mgpu::load_fashion_mnist("", /*limit_train=*/1000);
+  data.test.count = 500;
+  data.test.pixels.resize(500u * 28 * 28);
+  data.test.labels.resize(500);
+  TempDir out;
+  mgpu::Options o;
+  o.epochs = 2;
+  o.batch_size = 96;  // 1000 = 10 x 96 + 40: a short last batch
+  o.warmup_epochs = 1;
+  o.out = out.path.string();
+  mgpu::DeviceSet devices(1);
+  auto run = [&](bool capture) {
+    mgpu::TrainingLog log("01_lenet", capture ? "graph_on" : "graph_off", o, devices.size(), data.train.count);
+    return lenet::train(devices, data, o, log, capture);
+  };
+  const lenet::HostParams replayed = run(true), queued = run(false);
+  CHECK(replayed == queued);
+}
+
 }  // namespace

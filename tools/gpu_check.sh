@@ -569,6 +569,9 @@ run_chapters() {
 
   run_training 01_lenet_1dev "chapter 01 on 1 $where, with one step's kernel table" \
     "$bin/01_lenet" --devices 1 --profile on "${chapter_options[@]}" --out "$(out_for 01_lenet_1dev)"
+  # The same without the recorded step (CUDA graph): what one launch per step saves.
+  run_training 01_lenet_1dev_no_graph "chapter 01 on 1 $where, every kernel launched every step (--graph off)" \
+    "$bin/01_lenet" --devices 1 --graph off "${chapter_options[@]}" --out "$(out_for 01_lenet_1dev_no_graph)"
   # That table (--profile on: each kernel's calls, time, GFLOP/s or GB/s) goes into the report
   # beside the benchmarks: the figures chapter 01's README asks for on a GPU.
   local kernel_table

@@ -16,18 +16,22 @@ int main(int argc, char** argv) {
   mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"01_lenet", "d2l's LeNet from raw parameter arrays, trained on one device",
                                   /*default_devices=*/1, /*max_devices=*/1};
-  // The shared flags, and this chapter's own: --profile on|off.
-  bool profile = false;
-  const mgpu::FlagTable own = {
-      {"--profile", [&profile](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-         profile = v == "on";
-         return "";
-       }}};
+  // The shared flags, and this chapter's own: --profile on|off, --graph on|off.
+  bool profile = false, graph = true;
+  auto on_off = [](bool& value) {
+    return [&value](const std::string& flag, const std::string& v) -> std::string {
+      if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+      value = v == "on";
+      return "";
+    };
+  };
+  const mgpu::FlagTable own = {{"--profile", on_off(profile)}, {"--graph", on_off(graph)}};
   const mgpu::Options o = mgpu::parse_command_line(
       argc, argv, chapter, own,
       "  --profile on|off  before training, time one step kernel by kernel and print the\n"
-      "                    table (default off)\n");
+      "                    table (default off)\n"
+      "  --graph on|off    record one training step and replay it for every full batch (a CUDA\n"
+      "                    graph on a GPU: one launch instead of dozens; default on)\n");
   try {
     const mgpu::DeviceSet devices(1);
     std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,
@@ -43,7 +47,11 @@ int main(int argc, char** argv) {
                   p.wall_seconds * 1e6);
     }
     mgpu::TrainingLog log(chapter.name, chapter.name, o, devices.size(), data.train.count);
-    lenet::train(devices, data, o, log);
+    std::printf("training step: %s\n",
+                !graph               ? "queued kernel by kernel (--graph off)"
+                : mgpu::kCudaBackend ? "recorded once as a CUDA graph, replayed for every full batch (--graph on)"
+                                     : "replayed for every full batch (--graph on; the cpu backend has no launch cost to save)");
+    lenet::train(devices, data, o, log, graph);
     log.finish();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "01_lenet: error: %s\n", e.what());

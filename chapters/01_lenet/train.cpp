@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct Trainer {
   // the device).
   void step(const std::int32_t* order, int n, float lr) {
     gather(d, train_set, order, n, batch);
+    compute_and_update(n, lr);
+  }
+  // All of a step after the gather: the same buffers and the same kernels for every batch of n
+  // examples at rate lr, so it can be recorded once and replayed (CapturedWork).
+  void compute_and_update(int n, float lr) {
     grads.zero();
     accumulate_gradients(d, params, grads, lanes, batch.x.data(), batch.y.data(), n, metrics);
     sgd(d, params, grads, lr, n);
@@ -46,13 +52,28 @@ struct Trainer {
 }  // namespace
 
 HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                 mgpu::TrainingLog& log) {
+                 mgpu::TrainingLog& log, bool capture_step) {
   const mgpu::Device& d = devices[0];
   Trainer t(d, data.train, o.seed, o.batch_size);
   const DeviceImages test_set(d, data.test);
   mgpu::ShuffledBatches batches(t.train_set.count, o.batch_size, o.seed);
   mgpu::Buffer<std::int32_t> order(d, t.train_set.count);  // this epoch's permutation, on the device
   mgpu::SyncTimer timer(devices);
+  // The recorded step (--graph on), made after the first step has run the usual way: that one
+  // also pays for one-time set-up (cuBLAS's, loading the kernels), which must not be recorded.
+  std::unique_ptr<mgpu::CapturedWork> recorded;
+  long steps_done = 0;
+  auto run_step = [&](const std::int32_t* batch_order, int n, float lr) {
+    if (!capture_step || n != o.batch_size || lr != o.lr || steps_done == 0) {
+      t.step(batch_order, n, lr);
+    } else {
+      if (!recorded)
+        recorded = std::make_unique<mgpu::CapturedWork>(d, [&t, n, lr] { t.compute_and_update(n, lr); });
+      gather(d, t.train_set, batch_order, n, t.batch);  // which examples: the one thing that changes
+      recorded->replay();
+    }
+    ++steps_done;
+  };
 
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     t.metrics.reset();
@@ -60,8 +81,8 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     batches.start_epoch(epoch);
     order.upload(batches.order());
     for (int b = 0; b < batches.count(); ++b) {
-      t.step(order.data() + std::int64_t(b) * o.batch_size, batches.size(b),
-             mgpu::learning_rate_at(o, epoch, b, batches.count()));
+      run_step(order.data() + std::int64_t(b) * o.batch_size, batches.size(b),
+               mgpu::learning_rate_at(o, epoch, b, batches.count()));
       if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
