@@ -580,7 +580,7 @@ run_chapters() {
   benchmark_sections+=("### 01_lenet_1dev: one training step, kernel by kernel"$'\n\n```\n'"${kernel_table:-(no table: see the log)}"$'\n```')
 
   local chapter
-  for chapter in 02_data_parallel 03_ring_allreduce; do
+  for chapter in 02_data_parallel 03_ring_allreduce 08_parameter_server; do
     run_training "${chapter}_1dev" "chapter ${chapter:0:2} on 1 $where" \
       "$bin/$chapter" --devices 1 "${chapter_options[@]}" --out "$(out_for "${chapter}_1dev")"
     if [[ "$mode" == no-gpu ]]; then

@@ -193,7 +193,11 @@ std::array<double, 2> Metrics::read() const {
 }
 
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m) {
-  mgpu::for_each_index(d, std::min(n, Metrics::kSlots), AddMetrics{ws.loss.data(), ws.correct.data(), m.sums.data(), n});
+  accumulate_metrics(d, ws.loss.data(), ws.correct.data(), n, m);
+}
+
+void accumulate_metrics(const Device& d, const float* loss, const float* correct, int n, Metrics& m) {
+  mgpu::for_each_index(d, std::min(n, Metrics::kSlots), AddMetrics{loss, correct, m.sums.data(), n});
 }
 
 void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out) {

@@ -139,6 +139,8 @@ struct Metrics {
 };
 // Adds ws.loss and ws.correct of n examples into m.
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m);
+// The same from any per-example loss [n] and correct [n] on d (chapter 07's last pipeline stage).
+void accumulate_metrics(const Device& d, const float* loss, const float* correct, int n, Metrics& m);
 
 // A batch (or one device's shard of a batch) on a device.
 struct Batch {

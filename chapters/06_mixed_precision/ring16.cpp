@@ -1,0 +1,90 @@
+#include "ring16.h"
+
+#include <string>
+
+#include "mixed.h"
+
+namespace mp {
+
+using mgpu::Elements;
+
+Ring16Allreduce::Ring16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements)
+    : devices_(devices),
+      format_(format),
+      max_elements_(max_elements ? max_elements : std::size_t(lenet::flat_count())) {
+  if (format != Precision::BF16 && format != Precision::FP16)
+    throw mgpu::Error("Ring16Allreduce: the wire format must be bf16 or fp16");
+  const std::size_t largest_chunk = ring::chunk_of(Elements{max_elements_}, devices.size(), 0).count;
+  for (int i = 0; i < devices.size(); ++i) {
+    wire_.emplace_back(devices[i], max_elements_);
+    staging_.emplace_back(devices[i], largest_chunk);
+    step_done_.push_back(std::make_unique<mgpu::Event>(devices[i]));
+  }
+}
+
+Ring16Allreduce::~Ring16Allreduce() {
+  try {
+    devices_.synchronize();
+  } catch (...) {  // a destructor must not throw; the error was (or will be) reported elsewhere
+  }
+}
+
+void Ring16Allreduce::mark_ready() {
+  for (int i = 0; i < devices_.size(); ++i) step_done_[i]->record(devices_[i]);
+}
+
+void Ring16Allreduce::half(const std::vector<std::uint16_t*>& wire, Elements n, int first_chunk, bool add) {
+  const int k = devices_.size();
+  mark_ready();  // "my buffer is ready to be read"
+  for (int s = 0; s < k - 1; ++s) {
+    for (int i = 0; i < k; ++i) {
+      const int from = (i + k - 1) % k;
+      const ring::Chunk c = ring::chunk_of(n, k, ((from + first_chunk - s) % k + k) % k);
+      step_done_[from]->make_wait(devices_[i]);  // the sender's previous step is done
+      if (add) {  // reduce-scatter: through the staging buffer, added in fp32, rounded once
+        mgpu::copy_peer(devices_[i], staging_[i].data(), devices_[from], wire[from] + c.begin, Elements{c.count});
+        add_encoded(devices_[i], format_, wire[i] + c.begin, staging_[i].data(), std::int64_t(c.count));
+      } else {  // all-gather: the complete chunk, stored
+        mgpu::copy_peer(devices_[i], wire[i] + c.begin, devices_[from], wire[from] + c.begin, Elements{c.count});
+      }
+    }
+    mark_ready();  // this step is done
+  }
+  // No device goes on (to the next half, or to reuse its buffer) before its successor has read it.
+  for (int i = 0; i < k; ++i) step_done_[(i + 1) % k]->make_wait(devices_[i]);
+}
+
+void Ring16Allreduce::run16(const std::vector<std::uint16_t*>& wire, Elements n) {
+  if (static_cast<int>(wire.size()) != devices_.size())
+    throw mgpu::Error("Ring16Allreduce: one buffer per device expected");
+  if (n.count > max_elements_)
+    throw mgpu::Error("Ring16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
+                      std::to_string(max_elements_) + " it was made for");
+  if (devices_.size() == 1 || n.count == 0) return;
+  half(wire, n, /*first_chunk=*/0, /*add=*/true);   // reduce-scatter: device i completes chunk i + 1
+  half(wire, n, /*first_chunk=*/1, /*add=*/false);  // all-gather: and passes it round
+}
+
+void Ring16Allreduce::run(const std::vector<float*>& data, Elements n) {
+  if (static_cast<int>(data.size()) != devices_.size())
+    throw mgpu::Error("Ring16Allreduce: one buffer per device expected");
+  if (n.count > max_elements_)
+    throw mgpu::Error("Ring16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
+                      std::to_string(max_elements_) + " it was made for");
+  const std::int64_t count = static_cast<std::int64_t>(n.count);
+  std::vector<std::uint16_t*> wire;
+  for (int i = 0; i < devices_.size(); ++i) {
+    encode(devices_[i], format_, data[i], wire_[i].data(), count);  // fp32 -> 16 bits
+    wire.push_back(wire_[i].data());
+  }
+  run16(wire, n);
+  // 16 bits -> fp32. With one device this is the rounding alone: the same gradient a k-device
+  // run would see, so 1 and k devices stay comparable.
+  for (int i = 0; i < devices_.size(); ++i) decode(devices_[i], format_, wire_[i].data(), data[i], count);
+}
+
+void Ring16Allreduce::run(std::vector<dp::Replica>& replicas) {
+  run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::flat_count())});
+}
+
+}  // namespace mp

@@ -1,0 +1,51 @@
+// Chapter 03's ring allreduce with the gradients on the wire in 16 bits: half the bytes.
+//
+// Every device turns its fp32 flat gradient bucket into 16-bit values (bf16 or fp16, the run's
+// precision), the ring moves those, and every device turns the sum back into fp32. In the
+// reduce-scatter each device adds an incoming chunk to its own copy of that chunk: both are
+// converted to fp32, added, and the sum rounded to 16 bits once (add_encoded), so a chunk that
+// goes round k devices is rounded k - 1 times on its way. That rounding is the accuracy cost
+// (README: "16-bit gradients"); NCCL's bf16/fp16 sums round the same way, once per hop.
+// PyTorch DDP's fp16_compress_hook / bf16_compress_hook do this exchange for DDP.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "../03_ring_allreduce/ring.h"
+#include "formats.h"
+
+namespace mp {
+
+class Ring16Allreduce : public dp::GradientAllreduce {
+ public:
+  // `format`: BF16 or FP16. max_elements: the largest buffer run() will be given (by default
+  // LeNet's flat bucket).
+  Ring16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements = 0);
+  ~Ring16Allreduce() override;  // waits for the devices: queued copies may still use the buffers
+  Ring16Allreduce(const Ring16Allreduce&) = delete;
+  Ring16Allreduce& operator=(const Ring16Allreduce&) = delete;
+
+  // data[i] (n fp32 values on devices[i]): afterwards every data[i] holds the sum, as it came
+  // out of the 16-bit ring. Only queues work, as chapter 03's ring.
+  void run(const std::vector<float*>& data, mgpu::Elements n);
+  // The ring itself, on 16-bit values: wire[i] (n of them on devices[i]) ends holding the sum.
+  void run16(const std::vector<std::uint16_t*>& wire, mgpu::Elements n);
+  void run(std::vector<dp::Replica>& replicas) override;
+  lenet::Layout layout() const override { return lenet::Layout::Flat; }
+
+ private:
+  // One half of the ring, k - 1 steps: in step s device i receives from device i - 1 the chunk
+  // (i - 1 + first_chunk - s) mod k; first_chunk 0 is the reduce-scatter (it adds what it
+  // receives), 1 the all-gather (it stores it). The waits are chapter 03's, step by step.
+  void half(const std::vector<std::uint16_t*>& wire, mgpu::Elements n, int first_chunk, bool add);
+  void mark_ready();
+  const mgpu::DeviceSet& devices_;
+  Precision format_;
+  std::size_t max_elements_;
+  std::vector<mgpu::Buffer<std::uint16_t>> wire_;     // per device: its bucket in 16 bits
+  std::vector<mgpu::Buffer<std::uint16_t>> staging_;  // per device: one incoming chunk
+  std::vector<std::unique_ptr<mgpu::Event>> step_done_;
+};
+
+}  // namespace mp

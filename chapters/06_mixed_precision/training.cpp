@@ -1,0 +1,325 @@
+#include "training.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "common/batches.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/timer.h"
+#include "mixed.h"
+#include "ring16.h"
+#if defined(MGPU_HAVE_NCCL) && MGPU_HAVE_NCCL
+#include "../04_nccl/nccl_allreduce.h"
+#include "nccl16.h"
+#define MGPU_CHAPTER06_NCCL 1
+#else
+#define MGPU_CHAPTER06_NCCL 0
+#endif
+
+namespace mp {
+
+std::string name_of(Precision p) {
+  switch (p) {
+    case Precision::TF32: return "tf32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+std::optional<Precision> precision_named(const std::string& name) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
+    if (name == name_of(p)) return p;
+  return std::nullopt;
+}
+
+mgpu::FlagTable mixed_flags(MixedFlags& f) {
+  auto choice = [](const std::string& flag, const std::string& value, const char* a, const char* b) {
+    return flag + " must be '" + a + "' or '" + b + "', got '" + value + "'";
+  };
+  return {
+      {"--precision",
+       [&f](const std::string& flag, const std::string& v) -> std::string {
+         const auto p = precision_named(v);
+         if (!p) return flag + " must be fp32, tf32, bf16 or fp16, got '" + v + "'";
+         f.options.precision = *p;
+         return "";
+       }},
+      {"--loss-scale",
+       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "dynamic" && v != "none") return choice(flag, v, "dynamic", "none");
+         f.loss_scaling = v == "dynamic";
+         return "";
+       }},
+      {"--grad-bits",
+       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "32" && v != "16") return choice(flag, v, "32", "16");
+         f.grad_bits = v == "16" ? 16 : 32;
+         return "";
+       }},
+      {"--initial-scale",
+       [&f](const std::string& flag, const std::string& v) -> std::string {
+         float s = 0;
+         const std::string why = mgpu::positive_real_flag(s)(flag, v);
+         if (why.empty()) f.options.scaler.initial_scale = s;
+         return why;
+       }},
+      {"--scale-growth-interval", mgpu::integer_flag(f.options.scaler.growth_interval, 1)},
+      {"--accumulate", mgpu::integer_flag(f.options.accumulate, 1, 4096)},
+      {"--allreduce",
+       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "ring" && v != "nccl") return choice(flag, v, "ring", "nccl");
+         f.options.nccl = v == "nccl";
+         return "";
+       }},
+      {"--loss",
+       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "sum" && v != "mean") return choice(flag, v, "sum", "mean");
+         f.options.mean_loss = v == "mean";
+         return "";
+       }},
+  };
+}
+
+const char* const kMixedUsage =
+    "  --precision fp32|tf32|bf16|fp16  what the GEMMs read their inputs as (default fp32);\n"
+    "                              the accumulation and the master weights are fp32 in every case\n"
+    "  --loss-scale dynamic|none   dynamic loss scaling (default: dynamic for fp16, none otherwise)\n"
+    "  --initial-scale X           the loss scale of the first step (default 65536)\n"
+    "  --scale-growth-interval N   clean steps before the scale doubles (default 200)\n"
+    "  --grad-bits 32|16           gradients exchanged in fp32 or in the precision's 16-bit format\n"
+    "                              (default: 16 for bf16 and fp16, 32 otherwise)\n"
+    "  --accumulate M              micro-batches of --batch-size per optimizer step (default 1)\n"
+    "  --allreduce ring|nccl       the gradient exchange: chapter 03's ring (default) or NCCL\n"
+    "                              (cuda build with NCCL, one GPU per device)\n"
+    "  --loss sum|mean             the backward pass starts from the summed loss (d2l's, default) or\n"
+    "                              the mean (PyTorch's): n times smaller gradients, the same step\n";
+
+std::string resolve_defaults(MixedFlags& f) {
+  MixedOptions& mo = f.options;
+  const bool sixteen = mo.precision == Precision::BF16 || mo.precision == Precision::FP16;
+  mo.loss_scaling = f.loss_scaling.value_or(mo.precision == Precision::FP16);
+  mo.grad_bits = f.grad_bits.value_or(sixteen ? 16 : 32);
+  if (mo.grad_bits == 16 && !sixteen)
+    return "--grad-bits 16 needs --precision bf16 or fp16 (the 16-bit format the gradients travel in), got " +
+           name_of(mo.precision);
+  if (mo.nccl && !MGPU_CHAPTER06_NCCL) return "--allreduce nccl needs a cuda build with NCCL";
+  return "";
+}
+
+std::size_t bucket_bytes(const MixedOptions& mo) {
+  return static_cast<std::size_t>(lenet::flat_count()) * (mo.grad_bits / 8);
+}
+
+double ring_bytes_per_device(const MixedOptions& mo, int k) {
+  return 2.0 * (k - 1) / k * static_cast<double>(bucket_bytes(mo));
+}
+
+MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& mo, int micro_batch,
+                           const lenet::HostParams& init, dp::GradientAllreduce& exchange)
+    : devices_(devices), mo_(mo), micro_batch_(micro_batch), exchange_(exchange) {
+  if (exchange.layout() != lenet::Layout::Flat)
+    throw mgpu::Error("MixedTrainer: the gradient exchange must work on the flat bucket");
+  const int shard_capacity = dp::shard_sizes(micro_batch, devices.size())[0];  // one micro-batch's shard
+  replicas_.reserve(devices.size());
+  for (int i = 0; i < devices.size(); ++i) {
+    replicas_.emplace_back(devices[i], init, shard_capacity, lenet::Layout::Flat);
+    working_.push_back(lenet::zero_params(devices[i], lenet::Layout::Flat));
+    found_inf_.emplace_back(devices[i], 1);
+  }
+  if (mo.loss_scaling) scaler_.emplace(mo.scaler);
+#if MGPU_CUDA
+  // tf32 on a GPU: cuBLAS may run its fp32 GEMMs on tensor cores, which read tf32 inputs (the
+  // rounding this chapter also does itself, so the numbers are the same). For bf16 and fp16 the
+  // GEMMs stay cublasSgemm on rounded inputs: the same arithmetic, not yet the tensor cores'
+  // speed (README, "On a GPU").
+  if (mo.precision == Precision::TF32)
+    for (int i = 0; i < devices.size(); ++i)
+      MGPU_CHECK_CUBLAS(cublasSetMathMode(devices[i].blas, CUBLAS_TF32_TENSOR_OP_MATH));
+#endif
+}
+
+bool MixedTrainer::step(std::vector<dp::DeviceData>& data, int first, int n, float lr) {
+  const Precision p = mo_.precision;
+  const float scale = scaler_ ? scaler_->scale() : 1.0f;
+  // What the backward pass multiplies the summed loss's gradient by: the loss scale, and 1/n
+  // for a mean loss (the step's n examples, over every micro-batch and device).
+  const float backward_factor = scale * (mo_.mean_loss ? 1.0f / n : 1.0f);
+  const std::int64_t count = lenet::flat_count();
+  // 1. The working weights: the fp32 master weights, rounded to the precision. Zeroed gradients.
+  for (std::size_t i = 0; i < replicas_.size(); ++i) {
+    dp::Replica& r = replicas_[i];
+    copy_rounded(*r.device, p, r.params.flat(), working_[i].flat(), count);
+    r.grads.zero();
+  }
+  // 2. Forward and backward over the micro-batches; each device's gradients add up locally.
+  // BEGIN EXERCISE ex06.accumulate
+  for (int start = 0; start < n; start += micro_batch_) {
+    const int size = std::min(micro_batch_, n - start);
+    const std::vector<int> sizes = dp::split_batch(data, first + start, size, replicas_);
+    for (std::size_t i = 0; i < replicas_.size(); ++i) {
+      dp::Replica& r = replicas_[i];
+      accumulate_gradients(*r.device, p, backward_factor, working_[i], r.grads, r.lanes, r.shard.x.data(),
+                           r.shard.y.data(), sizes[i], r.metrics);
+    }
+  }
+  // 3. One allreduce for the whole step: the micro-batches before the last exchanged nothing.
+  exchange_.run(replicas_);
+  // END EXERCISE ex06.accumulate
+  // 4. Loss scaling: divide the scale back out (exact for a power of two) and look for
+  //    inf/NaN on every device. The verdict must be one for all devices, or their weights would
+  //    part ways: the host combines the flags (reading them waits for the devices).
+  if (scaler_) {
+    for (std::size_t i = 0; i < replicas_.size(); ++i)
+      unscale_and_check(*replicas_[i].device, replicas_[i].grads.flat(), count, 1.0f / scale, found_inf_[i].data());
+    bool found = false;
+    for (const mgpu::Buffer<float>& flag : found_inf_) found = found || flag.download()[0] != 0.0f;
+    if (scaler_->update(found)) return false;  // skipped: the master weights stay as they were
+  }
+  // 5. The SGD step on the fp32 master weights, the same on every device: the gradient of a
+  //    summed loss is divided by n here, that of a mean loss already was.
+  const int divide_by = mo_.mean_loss ? 1 : n;
+  for (dp::Replica& r : replicas_)
+    lenet::sgd(*r.device, r.params, r.grads, lr / exchange_.result_scale(), divide_by);
+  return true;
+}
+
+double MixedTrainer::evaluate(const lenet::DeviceImages& test) {
+  dp::Replica& r = replicas_[0];
+  copy_rounded(*r.device, mo_.precision, r.params.flat(), working_[0].flat(), lenet::flat_count());
+  return evaluate_accuracy(*r.device, mo_.precision, working_[0], r.lanes, test);
+}
+
+std::array<double, 2> MixedTrainer::read_metrics() {
+  double loss = 0, hits = 0;
+  for (const dp::Replica& r : replicas_) {
+    const auto [l, h] = r.metrics.read();
+    loss += l, hits += h;
+  }
+  return {loss, hits};
+}
+
+void MixedTrainer::reset_metrics() {
+  for (dp::Replica& r : replicas_) r.metrics.reset();
+}
+
+lenet::HostParams MixedTrainer::master_params() const { return replicas_[0].params.download(); }
+
+std::array<double, 4> MixedTrainer::flushed_to_zero(const lenet::DeviceImages& images, int n_step) {
+  dp::Replica& r = replicas_[0];
+  const Device& d = *r.device;
+  lenet::Workspace& ws = r.lanes.workspaces[0];
+  const int n = std::min(ws.capacity, images.count);
+  copy_rounded(d, mo_.precision, r.params.flat(), working_[0].flat(), lenet::flat_count());
+  lenet::Params scratch = lenet::zero_params(d, lenet::Layout::Flat);  // the probe's gradients, thrown away
+  forward(d, mo_.precision, working_[0], ws, images.pixels.data(), n);
+  lenet::loss(d, ws, images.labels.data(), n, /*with_gradient=*/true);
+  const float factor = (scaler_ ? scaler_->scale() : 1.0f) * (mo_.mean_loss ? 1.0f / n_step : 1.0f);
+  backward(d, Precision::FP32, working_[0], scratch, ws, n, factor);  // nothing rounded: see what rounding would do
+  std::array<double, 4> flushed{};
+  const mgpu::Buffer<float>* gradients[4] = {&ws.dz4, &ws.dh3, &ws.dh2, &ws.dh1};
+  const std::int64_t sizes[4] = {10, 128, 50 * 9 * 9, 20 * 26 * 26};  // per image
+  for (int t = 0; t < 4; ++t) {
+    const std::vector<float> v = gradients[t]->download();
+    long nonzero = 0, zeroed = 0;
+    for (std::int64_t i = 0; i < sizes[t] * n; ++i)
+      if (v[i] != 0.0f) ++nonzero, zeroed += round_to(mo_.precision, v[i]) == 0.0f;
+    flushed[t] = nonzero ? double(zeroed) / nonzero : 0.0;
+  }
+  return flushed;
+}
+
+namespace {
+
+std::unique_ptr<dp::GradientAllreduce> make_exchange(const mgpu::DeviceSet& devices, const MixedOptions& mo) {
+#if MGPU_CHAPTER06_NCCL
+  if (mo.nccl && mo.grad_bits == 16) return std::make_unique<Nccl16Allreduce>(devices, mo.precision);
+  if (mo.nccl) return std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
+#endif
+  if (mo.nccl) throw mgpu::Error("--allreduce nccl needs a cuda build with NCCL");
+  if (mo.grad_bits == 16) return std::make_unique<Ring16Allreduce>(devices, mo.precision);
+  return std::make_unique<ring::RingAllreduce>(devices);
+}
+
+}  // namespace
+
+std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                               const MixedOptions& mo, mgpu::TrainingLog& log) {
+  const int k = devices.size();
+  // Every micro-batch is split across the devices: the short last one of an epoch too.
+  dp::check_batches_fit(data.train.count, o.batch_size, k);
+  const std::unique_ptr<dp::GradientAllreduce> exchange = make_exchange(devices, mo);
+  MixedTrainer trainer(devices, mo, o.batch_size, lenet::init_params(o.seed), *exchange);
+
+  // The images as a 16-bit GEMM reads them, rounded once (the pixels i/255 are not all exact in 16 bits).
+  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);
+  for (int i = 0; i < k; ++i)
+    round_in_place(devices[i], mo.precision, train_data[i].images.pixels.data(),
+                   static_cast<std::int64_t>(train_data[i].images.pixels.size()));
+  lenet::DeviceImages test(devices[0], data.test);
+  round_in_place(devices[0], mo.precision, test.pixels.data(), static_cast<std::int64_t>(test.pixels.size()));
+
+  const int step_examples = o.batch_size * mo.accumulate;  // one optimizer step
+  mgpu::ShuffledBatches batches(data.train.count, step_examples, o.seed);
+  mgpu::SyncTimer timer(devices);
+  std::vector<ScalerEpoch> record;
+  long skipped_before = 0, steps_before = 0;
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    trainer.reset_metrics();
+    timer.start();
+    batches.start_epoch(epoch);
+    for (dp::DeviceData& dd : train_data) dd.order.upload(batches.order());
+    for (int b = 0; b < batches.count(); ++b) {
+      const float lr = mgpu::learning_rate_at(o, epoch, b, batches.count());
+      trainer.step(train_data, b * step_examples, batches.size(b), lr);
+      if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+    }
+    const double seconds = timer.stop_seconds();
+    const auto [loss_sum, hits] = trainer.read_metrics();
+    mgpu::EpochRecord r;
+    r.epoch = epoch + 1;
+    r.train_loss = loss_sum / data.train.count;
+    r.train_acc = hits / data.train.count;
+    r.test_acc = trainer.evaluate(test);
+    r.seconds = seconds;
+    ScalerEpoch s{epoch + 1, 1.0, 0, batches.count()};
+    if (const LossScaler* scaler = trainer.scaler()) {
+      s.scale = scaler->scale();
+      s.skipped = scaler->skipped() - skipped_before;
+      s.steps = scaler->steps() - steps_before;
+      skipped_before = scaler->skipped(), steps_before = scaler->steps();
+    }
+    const bool sixteen = mo.precision == Precision::BF16 || mo.precision == Precision::FP16;
+    if (sixteen) s.flushed = trainer.flushed_to_zero(test, step_examples);
+    record.push_back(s);
+    log.end_epoch(r);
+    if (trainer.scaler())
+      std::printf("  loss scale %g at the end of epoch %d; %ld of its %ld steps skipped (overflow)\n", s.scale,
+                  s.epoch, s.skipped, s.steps);
+    if (sixteen)
+      std::printf("  nonzero activation gradients that %s rounds to 0: dz4 %.2f%%, dz3 %.2f%%, dz2 %.2f%%, "
+                  "dz1 %.2f%%\n",
+                  name_of(mo.precision).c_str(), 100 * s.flushed[0], 100 * s.flushed[1], 100 * s.flushed[2],
+                  100 * s.flushed[3]);
+  }
+  return record;
+}
+
+std::string write_scaler_csv(const std::string& out, const std::string& run, const std::vector<ScalerEpoch>& epochs) {
+  const std::string csv = (std::filesystem::path(out) / (run + "_scaler.csv")).string();
+  std::ofstream f(csv);
+  f << "epoch,loss_scale,skipped_steps,steps,flushed_dz4,flushed_dz3,flushed_dz2,flushed_dz1\n";
+  for (const ScalerEpoch& e : epochs) {
+    f << e.epoch << ',' << e.scale << ',' << e.skipped << ',' << e.steps;
+    for (double x : e.flushed) f << ',' << x;
+    f << '\n';
+  }
+  f.close();
+  if (!f) throw mgpu::Error(csv + ": cannot be written");
+  return csv;
+}
+
+}  // namespace mp

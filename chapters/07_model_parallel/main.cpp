@@ -1,0 +1,227 @@
+// Chapter 07: LeNet split across devices. Stage s of the model runs on device s; a batch is cut
+// into micro-batches that flow through the stages (GPipe or 1F1B); with --data-parallel R, R
+// copies of that pipeline train side by side and sum each stage's gradients (the hybrid).
+//   build/bin/07_model_parallel [--devices 2] [--split 2] [--schedule gpipe] [--micro-batches 4] ...
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/batches.h"
+#include "common/cli.h"
+#include "common/fashion_mnist.h"
+#include "common/openmp_waits.h"
+#include "common/report.h"
+#include "common/timer.h"
+#include "../02_data_parallel/data_parallel.h"  // dp::check_batches_fit
+#include "pipeline.h"
+
+namespace {
+
+struct ChapterOptions {
+  std::vector<int> cuts;  // --split; empty: mp::default_cuts
+  bool split_given = false;
+  int micro_batches = 4;
+  bool micro_given = false;
+  mp::Schedule schedule = mp::Schedule::GPipe;
+  int replicas = 1;        // --data-parallel
+  int profile_steps = 10;  // --profile-steps
+};
+
+const char* kUsage =
+    "  --split L[,L2,..]       the first layer (1-3) of each stage after the first: layers are\n"
+    "                          0 conv1, 1 conv2, 2 dense3, 3 dense4 (default for 2 stages: 2)\n"
+    "  --schedule naive|gpipe|1f1b\n"
+    "                          naive: the whole batch at once (1 micro-batch); gpipe (default): all\n"
+    "                          forwards, then all backwards; 1f1b: one forward, one backward in turn\n"
+    "  --micro-batches M       micro-batches per step and replica, 1 to the batch size (default 4);\n"
+    "                          M need not divide the batch: the first ones take one example more\n"
+    "  --data-parallel R       R copies of the pipeline (the hybrid): --devices = stages x R (default 1)\n"
+    "  --profile-steps N       after training, time N steps device by device: the bubble and the\n"
+    "                          timeline (default 10; 0: none)\n";
+
+std::string parse_cuts(const std::string& flag, const std::string& v, std::vector<int>& cuts) {
+  std::vector<int> out;
+  std::stringstream in(v);
+  for (std::string word; std::getline(in, word, ',');) {
+    const auto n = mgpu::to_integer(word);
+    if (!n) return flag + " needs layer numbers separated by commas, e.g. 2 or 1,2, got '" + v + "'";
+    out.push_back(static_cast<int>(std::clamp<long long>(*n, -1000, 1000)));
+  }
+  if (out.empty()) return flag + " needs at least one layer number, got '" + v + "'";
+  const std::string why = mp::check_cuts(out);
+  if (!why.empty()) return flag + " " + v + ": " + why;
+  cuts = out;
+  return "";
+}
+
+// The checks between flags, once all are read: "" when they fit together.
+std::string check(ChapterOptions& c, const mgpu::Options& o) {
+  if (o.devices % c.replicas != 0)
+    return "--devices " + std::to_string(o.devices) + " is not a multiple of --data-parallel " +
+           std::to_string(c.replicas) + ": every replica needs the same number of stages";
+  const int stages = o.devices / c.replicas;
+  if (stages > mp::kLayers)
+    return "--devices " + std::to_string(o.devices) + " with --data-parallel " + std::to_string(c.replicas) + " makes " +
+           std::to_string(stages) + " stages; LeNet has " + std::to_string(mp::kLayers) + " layers, at most 4 stages";
+  if (!c.split_given) c.cuts = mp::default_cuts(stages);
+  if (static_cast<int>(c.cuts.size()) != stages - 1)
+    return "--split names " + std::to_string(c.cuts.size()) + " cut(s), but " + std::to_string(stages) + " stage(s) need " +
+           std::to_string(stages - 1);
+  if (c.schedule == mp::Schedule::Naive) {
+    if (c.micro_given && c.micro_batches != 1)
+      return "--schedule naive runs the whole batch at once: --micro-batches must be 1, got " +
+             std::to_string(c.micro_batches) + " (use gpipe or 1f1b)";
+    c.micro_batches = 1;
+  }
+  const int per_replica = o.batch_size / c.replicas;
+  if (c.micro_batches > per_replica)
+    return "--micro-batches " + std::to_string(c.micro_batches) + " is more than the " + std::to_string(per_replica) +
+           " examples a replica gets of a batch of " + std::to_string(o.batch_size) +
+           ": every micro-batch needs at least one example";
+  return "";
+}
+
+double now() { return mgpu::steady_seconds(); }
+
+// The timeline of one step as CSV (times in ms from the step's start) and as a PNG: one row per
+// device, a bar per forward, backward, copy and wait.
+void write_timeline(const std::vector<mp::Span>& spans, int step, const std::string& csv, const std::string& png,
+                    const std::string& title, int stages) {
+  double t0 = 1e300;
+  int devices = 0;
+  for (const mp::Span& s : spans)
+    if (s.step == step) t0 = std::min(t0, s.begin), devices = std::max(devices, s.replica * stages + s.stage + 1);
+  std::ofstream f(csv);
+  f << "replica,stage,device,kind,micro,begin_ms,end_ms\n";
+  for (const mp::Span& s : spans)
+    if (s.step == step)
+      f << s.replica << ',' << s.stage << ',' << s.replica * stages + s.stage << ',' << s.kind << ',' << s.micro << ','
+        << (s.begin - t0) * 1e3 << ',' << (s.end - t0) * 1e3 << '\n';
+  f.close();
+  if (!f) throw mgpu::Error("cannot write " + csv);
+  // One bar (boxxyerror: x centre, y, half width, half height) per span of a kind, per device row.
+  std::string plot = "set title '" + title + "'\nset xlabel 'ms from the start of the step'\nset ylabel 'device'\n"
+                     "set yrange [" + std::to_string(devices) + " - 0.4:-0.6]\nset ytics 1\nset style fill solid 0.8 noborder\nset key outside\n"
+                     "plot ";
+  const char* kinds[] = {"F", "B", "C", "W", "U"};
+  const char* labels[] = {"forward", "backward", "copy in", "wait", "update"};
+  const char* colors[] = {"#4477aa", "#ee6677", "#228833", "#cccccc", "#aa3377"};
+  for (int i = 0; i < 5; ++i)
+    plot += std::string(i ? ", " : "") + mgpu::gnuplot_file(csv, png) +
+            " skip 1 using (($6+$7)/2):3:(($7-$6)/2):(strcol(4) eq '" + kinds[i] +
+            "' ? 0.35 : 1/0) with boxxyerror lc rgb '" + colors[i] + "' title '" + labels[i] + "'";
+  if (mgpu::run_gnuplot(png, plot + "\n")) std::printf("wrote %s\n", png.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  const mgpu::ChapterInfo chapter{"07_model_parallel",
+                                  "LeNet split across devices: model parallelism, GPipe and 1F1B pipelines",
+                                  /*default_devices=*/2, /*max_devices=*/64};
+  ChapterOptions c;
+  const mgpu::FlagTable own = {
+      {"--split", [&c](const std::string& flag, const std::string& v) {
+         c.split_given = true;
+         return parse_cuts(flag, v, c.cuts);
+       }},
+      {"--micro-batches", [&c](const std::string& flag, const std::string& v) {
+         c.micro_given = true;
+         return mgpu::integer_flag(c.micro_batches, 1)(flag, v);
+       }},
+      {"--schedule", [&c](const std::string& flag, const std::string& v) -> std::string {
+         if (v == "naive") c.schedule = mp::Schedule::Naive;
+         else if (v == "gpipe") c.schedule = mp::Schedule::GPipe;
+         else if (v == "1f1b") c.schedule = mp::Schedule::OneFOneB;
+         else return flag + " must be 'naive', 'gpipe' or '1f1b', got '" + v + "'";
+         return "";
+       }},
+      {"--data-parallel", mgpu::integer_flag(c.replicas, 1, 64)},
+      {"--profile-steps", mgpu::integer_flag(c.profile_steps, 0, 10000)},
+  };
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, own, kUsage);
+  if (const std::string why = check(c, o); !why.empty()) {
+    std::fprintf(stderr, "07_model_parallel: %s\n\n%s", why.c_str(), mgpu::usage(chapter, kUsage).c_str());
+    return 2;
+  }
+  try {
+    const int R = c.replicas, k = o.devices / R;
+    mp::PipelineConfig config;
+    config.cuts = c.cuts;
+    config.micro_batches = c.micro_batches;
+    config.schedule = c.schedule;
+    config.replicas = R;
+    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+                data.test.count);
+    dp::check_batches_fit(data.train.count, o.batch_size, R);  // every replica gets part of every batch
+
+    mp::Pipeline pipeline(config, lenet::init_params(o.seed), o.batch_size);
+    std::printf("backend %s, %d stage(s) x %d replica(s), schedule %s, %d micro-batch(es) of up to %d images\n%s",
+                mgpu::kBackendName, k, R, mp::name_of(c.schedule), c.micro_batches,
+                (o.batch_size / R + c.micro_batches - 1) / c.micro_batches, pipeline.mapping().c_str());
+    for (int s = 0; s < k; ++s)
+      std::printf("stage %d keeps %d micro-batch(es) of activations: %.2f MB\n", s, pipeline.slots(s),
+                  pipeline.activation_bytes(s) / 1e6);
+    pipeline.set_training_data(data.train);
+
+    std::string run = chapter.name + "_k" + std::to_string(k) + "_" + mp::name_of(c.schedule) + "_m" +
+                      std::to_string(c.micro_batches) + (R > 1 ? "_r" + std::to_string(R) : "");
+    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
+    for (int epoch = 0; epoch < o.epochs; ++epoch) {
+      pipeline.reset_metrics();
+      pipeline.synchronize();
+      const double start = now();
+      batches.start_epoch(epoch);
+      pipeline.set_order(batches.order());
+      for (int b = 0; b < batches.count(); ++b) {
+        pipeline.step(b * o.batch_size, batches.size(b), mgpu::learning_rate_at(o, epoch, b, batches.count()));
+        if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+      }
+      pipeline.synchronize();
+      mgpu::EpochRecord r;
+      r.seconds = now() - start;
+      const auto [loss, hits] = pipeline.read_metrics();
+      r.epoch = epoch + 1;
+      r.train_loss = loss / data.train.count;
+      r.train_acc = hits / data.train.count;
+      r.test_acc = pipeline.evaluate(data.test, o.batch_size);
+      log.end_epoch(r);
+    }
+
+    if (c.profile_steps > 0) {
+      // The bubble: a few more steps of the last epoch's order, each device's spans timed.
+      std::vector<mp::Span> spans;
+      const int n = std::min(o.batch_size, data.train.count);
+      pipeline.step(0, n, o.lr);  // warm-up, untimed
+      for (int i = 0; i < c.profile_steps; ++i) pipeline.step(0, n, o.lr, &spans);
+      const int m = std::min(c.micro_batches, n / R);
+      const mp::Bubble b = mp::measure_bubble(spans, k, m);
+      const std::vector<double> predicted = mp::predicted_idle(b.stage_time, m);
+      std::printf("\nthe bubble over %d steps of %d images (replica 0; a step lasts %.2f ms):\n", c.profile_steps, n,
+                  b.step_seconds * 1e3);
+      for (int s = 0; s < k; ++s)
+        std::printf("bubble: schedule=%s stages=%d micro_batches=%d replicas=%d stage=%d busy=%.3f idle=%.3f "
+                    "formula=%.3f predicted=%.3f stage_ms=%.3f step_ms=%.3f activation_mb=%.3f\n",
+                    mp::name_of(c.schedule), k, m, R, s, b.busy[s], b.idle[s], mp::bubble_formula(k, m), predicted[s],
+                    b.stage_time[s] * 1e3, b.step_seconds * 1e3, pipeline.activation_bytes(s) / 1e6);
+      std::printf("(formula: (k-1)/(m+k-1), equal stages; predicted: the same with each stage's measured time)\n");
+      const std::filesystem::path out(o.out);
+      write_timeline(spans, c.profile_steps - 1, (out / (run + "_timeline.csv")).string(),
+                     (out / (run + "_timeline.png")).string(),
+                     run + ": one step, device by device (" + mgpu::kBackendName + ")", k);
+    }
+    log.finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "07_model_parallel: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,17 @@
+# cd to this folder, then: gnuplot 08_parameter_server_asp_k4_straggler0x3.gp
+set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript
+set output '08_parameter_server_asp_k4_straggler0x3.png'
+set datafile separator ','
+set key autotitle columnhead bottom right
+set grid
+set xrange [0:*]
+set multiplot layout 1,2 title '08_parameter_server_asp_k4_straggler0x3: cpu backend, 4 device(s), batch 64, lr 0.2'
+set xlabel 'epoch'
+set ylabel 'test accuracy'
+set yrange [0:1]
+plot '08_parameter_server_asp_k4_straggler0x3.csv' using 1:4 with linespoints title '08_parameter_server_asp_k4_straggler0x3'
+set xlabel 'epoch'
+set ylabel 'seconds per epoch'
+set yrange [0:*]
+plot '08_parameter_server_asp_k4_straggler0x3.csv' using 1:5 with linespoints title '08_parameter_server_asp_k4_straggler0x3'
+unset multiplot

@@ -1,0 +1,215 @@
+// Chapter 08: a parameter server. k workers (--devices) pull LeNet's parameters from s server
+// shards (--servers), compute a gradient on their piece of a batch, and push it back; the server
+// applies it in one of three modes (--mode bsp|asp|ssp, --staleness for ssp). --straggler I:F
+// makes worker I take F times as long per piece of work.
+//   build/bin/08_parameter_server [--mode asp] [--devices 4] [--servers 1] [--straggler 0:3] ...
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/device.h"
+#include "common/openmp_waits.h"
+#include "common/report.h"
+#include "parameter_server.h"
+#include "train.h"
+
+namespace {
+
+const char* const kOwnUsage =
+    "  --mode bsp|asp|ssp     bsp (default): wait for all k pushes, step once; asp: apply each push\n"
+    "                         as it arrives; ssp: as asp, but no worker runs more than --staleness\n"
+    "                         steps ahead of the slowest\n"
+    "  --staleness S          ssp's bound, 0..1000 (default 2); only with --mode ssp\n"
+    "  --servers S            server shards, each on its own device, 1..64 (default 1)\n"
+    "  --straggler I:F        worker I (0-based) takes F times as long per piece of work (F >= 1)\n"
+    "  (--devices K is the number of workers; the run uses K + S devices)\n";
+
+struct Flags {
+  ps::Settings settings;
+  int servers = 1;
+  bool staleness_given = false;
+  std::string straggler_text;  // as typed, for the run's name
+};
+
+// "I:F": a worker index and a slowdown factor.
+std::string read_straggler(const std::string& flag, const std::string& v, Flags& f) {
+  const std::size_t colon = v.find(':');
+  const auto index = mgpu::to_integer(v.substr(0, colon));
+  const auto factor = colon == std::string::npos ? std::nullopt : mgpu::to_real(v.substr(colon + 1));
+  if (!index || !factor) return flag + " needs WORKER:FACTOR, e.g. 0:3, got '" + v + "'";
+  if (*index < 0) return flag + ": the worker must be at least 0, got " + std::to_string(*index);
+  if (!(*factor >= 1 && *factor <= 100)) return flag + ": the factor must be from 1 to 100, got '" + v.substr(colon + 1) + "'";
+  f.settings.straggler = static_cast<int>(*index);
+  f.settings.slowdown = *factor;
+  f.straggler_text = std::to_string(*index) + "x" + v.substr(colon + 1);
+  return "";
+}
+
+mgpu::FlagTable own_flags(Flags& f) {
+  return {
+      {"--mode",
+       [&f](const std::string& flag, const std::string& v) -> std::string {
+         if (v == "bsp") f.settings.mode = ps::Mode::Bsp;
+         else if (v == "asp") f.settings.mode = ps::Mode::Asp;
+         else if (v == "ssp") f.settings.mode = ps::Mode::Ssp;
+         else return flag + " must be 'bsp', 'asp' or 'ssp', got '" + v + "'";
+         return "";
+       }},
+      {"--staleness",
+       [&f](const std::string& flag, const std::string& v) {
+         f.staleness_given = true;
+         return mgpu::integer_flag(f.settings.staleness, 0, 1000)(flag, v);
+       }},
+      {"--servers", mgpu::integer_flag(f.servers, 1, 64)},
+      {"--straggler", [&f](const std::string& flag, const std::string& v) { return read_straggler(flag, v, f); }},
+  };
+}
+
+// The checks between flags, once all are read: the reason, or "".
+std::string check_flags(const Flags& f, const mgpu::Options& o) {
+  if (f.staleness_given && f.settings.mode != ps::Mode::Ssp)
+    return "--staleness is the bound of --mode ssp; it means nothing with --mode " + ps::mode_name(f.settings.mode);
+  if (f.settings.straggler >= o.devices)
+    return "--straggler " + std::to_string(f.settings.straggler) + ": there are only " + std::to_string(o.devices) +
+           " workers (0.." + std::to_string(o.devices - 1) + ")";
+  return "";
+}
+
+std::string run_name(const Flags& f, const mgpu::Options& o) {
+  std::string name = "08_parameter_server_" + ps::mode_name(f.settings.mode);
+  if (f.settings.mode == ps::Mode::Ssp) name += std::to_string(f.settings.staleness);
+  name += "_k" + std::to_string(o.devices);
+  if (f.servers > 1) name += "_s" + std::to_string(f.servers);
+  if (!f.straggler_text.empty()) name += "_straggler" + f.straggler_text;
+  return name;
+}
+
+std::filesystem::path out_file(const mgpu::Options& o, const std::string& name) {
+  return std::filesystem::path(o.out) / name;
+}
+
+// <run>_pushes.csv: every push as shard 0 applied it. <run>_workers.csv: per epoch and worker,
+// the pieces of work done and the seconds spent waiting. <run>_staleness.csv: the histogram per
+// epoch, and its plot.
+void write_push_files(const std::string& run, const mgpu::Options& o, const ps::RunResult& r) {
+  std::ofstream pushes(out_file(o, run + "_pushes.csv"));
+  pushes << "worker,shard,epoch,pulled,applied,staleness,seconds\n";
+  for (const ps::PushRecord& p : r.records)
+    if (p.shard == 0)
+      pushes << p.worker << ',' << p.shard << ',' << p.epoch << ',' << p.pulled << ',' << p.applied << ','
+             << p.staleness() << ',' << p.seconds << '\n';
+  std::ofstream workers(out_file(o, run + "_workers.csv"));
+  workers << "epoch,worker,items,clock_wait_s,straggler_sleep_s\n";
+  for (std::size_t e = 0; e < r.workers.size(); ++e)
+    for (std::size_t i = 0; i < r.workers[e].size(); ++i)
+      workers << e + 1 << ',' << i << ',' << r.workers[e][i].items << ',' << r.workers[e][i].clock_wait_s << ','
+              << r.workers[e][i].straggler_sleep_s << '\n';
+  const std::string csv = out_file(o, run + "_staleness.csv").string();
+  std::ofstream hist(csv);
+  hist << "epoch,staleness,pushes\n";
+  for (int e = 0; e <= o.epochs; ++e) {  // epoch 0: the whole run
+    const std::vector<std::int64_t> h = ps::staleness_histogram(r.records, e);
+    for (std::size_t s = 0; s < h.size(); ++s) hist << e << ',' << s << ',' << h[s] << '\n';
+  }
+  hist.close();
+  if (!pushes || !workers || !hist) throw mgpu::Error("cannot write the push files under " + o.out);
+  const std::string png = out_file(o, run + "_staleness.png").string();
+  if (mgpu::run_gnuplot(png, "set title '" + run + ": staleness of the pushes (all epochs)'\n"
+                             "set xlabel 'staleness (updates between pull and push)'\nset ylabel 'pushes'\n"
+                             "set style fill solid 0.6\nset boxwidth 0.8\nset key off\n"
+                             "plot " + mgpu::gnuplot_file(csv, png) +
+                             " using 2:($1 == 0 ? $3 : 1/0) with boxes\n"))
+    std::printf("wrote %s\n", png.c_str());
+}
+
+// Bytes through the server per step, measured and from the formula, beside the ring's, and
+// chapter 03's cost model for two interconnects.
+void print_bandwidth(const Flags& f, const mgpu::Options& o, const ps::RunResult& r) {
+  const int k = o.devices, s = f.servers;
+  const double model = static_cast<double>(lenet::flat_count()) * sizeof(float);
+  const double steps = static_cast<double>(r.steps_per_epoch) * o.epochs;
+  const double measured = (r.traffic.pulled + r.traffic.pushed) / steps / s;
+  std::printf("\nbytes per step (one batch, k = %d workers, model %.0f bytes):\n", k, model);
+  std::printf("  through one server shard's link: measured %.0f, formula 2k/s x model = %.0f (s = %d)\n", measured,
+              ps::server_bytes_per_step(k, s, model), s);
+  std::printf("  through each device's link in chapter 03's ring: 2(k-1)/k x model = %.0f\n",
+              ps::ring_bytes_per_device(k, model));
+  std::printf("  cost model (chapter 03, alpha 10 us), one step's exchange:\n");
+  std::printf("    %-34s %3s %3s %12s %12s\n", "interconnect", "k", "s", "server (us)", "ring (us)");
+  for (const cost::Interconnect& c : cost::published_interconnects(10e-6))
+    for (int kk : {2, 4, 8})
+      for (int ss : {1, kk})
+        std::printf("    %-34s %3d %3d %12.1f %12.1f\n", c.name.c_str(), kk, ss,
+                    1e6 * ps::server_seconds(c, kk, ss, model), 1e6 * cost::ring_seconds(c, kk, model));
+}
+
+void print_summary(const Flags& f, const mgpu::Options& o, const ps::RunResult& r) {
+  const std::vector<std::int64_t> h = ps::staleness_histogram(r.records);
+  std::int64_t pushes = 0, total = 0;
+  for (std::size_t s = 0; s < h.size(); ++s) {
+    pushes += h[s];
+    total += h[s] * static_cast<std::int64_t>(s);
+  }
+  std::printf("staleness of %lld pushes:", static_cast<long long>(pushes));
+  for (std::size_t s = 0; s < h.size(); ++s) std::printf(" %zu:%lld", s, static_cast<long long>(h[s]));
+  std::printf("\n");
+  for (std::size_t i = 0; i < r.workers.back().size(); ++i) {
+    const ps::WorkerStats& w = r.workers.back()[i];
+    std::printf("worker %zu, last epoch: %d pieces of work, waited %.2f s for slower workers%s\n", i, w.items,
+                w.clock_wait_s, i == std::size_t(f.settings.straggler) ? " (the straggler)" : "");
+  }
+  const double model = static_cast<double>(lenet::flat_count()) * sizeof(float);
+  std::printf("parameter_server: mode=%s staleness_bound=%s workers=%d servers=%d straggler=%s pushes=%lld "
+              "staleness_mean=%.3f staleness_max=%zu server_bytes_per_step=%.0f ring_bytes_per_step=%.0f\n",
+              ps::mode_name(f.settings.mode).c_str(),
+              f.settings.mode == ps::Mode::Ssp ? std::to_string(f.settings.staleness).c_str()
+                                               : (f.settings.mode == ps::Mode::Bsp ? "0" : "none"),
+              o.devices, f.servers, f.straggler_text.empty() ? "none" : f.straggler_text.c_str(),
+              static_cast<long long>(pushes), pushes ? double(total) / pushes : 0.0, h.empty() ? 0 : h.size() - 1,
+              ps::server_bytes_per_step(o.devices, f.servers, model), ps::ring_bytes_per_device(o.devices, model));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  const mgpu::ChapterInfo chapter{"08_parameter_server",
+                                  "a parameter server: synchronous, asynchronous and bounded-staleness SGD",
+                                  /*default_devices=*/2, /*max_devices=*/64};
+  Flags f;
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, own_flags(f), kOwnUsage);
+  if (const std::string why = check_flags(f, o); !why.empty()) {
+    std::fprintf(stderr, "08_parameter_server: %s\n%s", why.c_str(), mgpu::usage(chapter, kOwnUsage).c_str());
+    return 2;
+  }
+  try {
+    const ps::Placement placement{f.servers, o.devices};
+    const mgpu::DeviceSet devices(placement.devices());
+    std::printf("backend %s, %d server shard(s) on devices 0..%d, %d workers on devices %d..%d\n%s%s",
+                mgpu::kBackendName, f.servers, f.servers - 1, o.devices, f.servers, placement.devices() - 1,
+                devices.mapping().c_str(), mgpu::enable_peer_access(devices).c_str());
+    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+                data.test.count);
+    const std::string run = run_name(f, o);
+    std::printf("== mode %s%s, %d workers, %d server shard(s)%s\n", ps::mode_name(f.settings.mode).c_str(),
+                f.settings.mode == ps::Mode::Ssp ? (" (bound " + std::to_string(f.settings.staleness) + ")").c_str()
+                                                 : "",
+                o.devices, f.servers,
+                f.straggler_text.empty() ? "" : (", straggler " + f.straggler_text).c_str());
+    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    const ps::RunResult r = ps::train(devices, placement, data, o, f.settings, log);
+    write_push_files(run, o, r);
+    print_bandwidth(f, o, r);
+    print_summary(f, o, r);
+    log.finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "08_parameter_server: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,92 @@
+#include "train.h"
+
+#include <algorithm>
+
+#include "common/batches.h"
+#include "common/timer.h"
+
+namespace ps {
+
+std::vector<int> Placement::server_devices() const {
+  std::vector<int> d;
+  for (int j = 0; j < servers; ++j) d.push_back(j);
+  return d;
+}
+
+std::vector<int> Placement::worker_devices() const {
+  std::vector<int> d;
+  for (int i = 0; i < workers; ++i) d.push_back(servers + i);
+  return d;
+}
+
+RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu::FashionMnist& data,
+                const mgpu::Options& o, const Settings& settings, mgpu::TrainingLog& log) {
+  if (devices.size() != placement.devices())
+    throw mgpu::Error("ps::train: " + std::to_string(placement.devices()) + " devices expected, got " +
+                      std::to_string(devices.size()));
+  const int k = placement.workers;
+  const std::vector<WorkItem> items = epoch_work(data.train.count, o.batch_size, k);  // checks the sizes
+  const lenet::HostParams init = lenet::init_params(o.seed);
+
+  // Each worker: a replica (its pulled copy of the model, its gradients, scratch) and the whole
+  // training set, as in chapter 02. A worker's piece of a batch is at most the first shard's size.
+  std::vector<dp::Replica> replicas;
+  std::vector<dp::DeviceData> train_data;
+  replicas.reserve(k);
+  train_data.reserve(k);
+  const int largest_piece = dp::shard_sizes(o.batch_size, k)[0];
+  for (int w : placement.worker_devices()) {
+    replicas.emplace_back(devices[w], init, largest_piece, lenet::Layout::Flat);
+    train_data.emplace_back(devices[w], data.train);
+  }
+  const lenet::DeviceImages test_set(*replicas[0].device, data.test);
+  // Made after the replicas, so destroyed before them: its threads and queued copies use them.
+  ParameterServer server(devices, placement.server_devices(), placement.worker_devices(), init, settings.mode);
+
+  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
+  mgpu::SyncTimer timer(devices);
+  RunResult result;
+  result.steps_per_epoch = batches.count();
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    batches.start_epoch(epoch);
+    for (dp::DeviceData& dd : train_data) dd.order.upload(batches.order());
+    for (dp::Replica& r : replicas) r.metrics.reset();
+    const auto lr_of = [&](int batch) { return mgpu::learning_rate_at(o, epoch, batch, batches.count()); };
+    timer.start();
+    result.workers.push_back(run_epoch(server, train_data, replicas, items, settings, epoch + 1, lr_of));
+    const double seconds = timer.stop_seconds();
+
+    double loss_sum = 0, hits = 0;
+    for (const dp::Replica& r : replicas) {
+      const auto [l, h] = r.metrics.read();
+      loss_sum += l;
+      hits += h;
+    }
+    dp::Replica& r0 = replicas[0];
+    server.pull(0, r0.params, /*count_bytes=*/false);  // the master parameters, to evaluate
+    mgpu::EpochRecord rec;
+    rec.epoch = epoch + 1;
+    rec.train_loss = loss_sum / data.train.count;
+    rec.train_acc = hits / data.train.count;
+    rec.test_acc = lenet::evaluate_accuracy(*r0.device, r0.params, r0.lanes, test_set);
+    rec.seconds = seconds;
+    log.end_epoch(rec);
+  }
+  result.params = server.download();
+  result.records = server.records();
+  result.traffic = server.traffic();
+  return result;
+}
+
+std::vector<std::int64_t> staleness_histogram(const std::vector<PushRecord>& records, int epoch) {
+  std::vector<std::int64_t> counts;
+  for (const PushRecord& r : records) {
+    if (r.shard != 0 || (epoch != 0 && r.epoch != epoch)) continue;
+    const std::size_t s = static_cast<std::size_t>(std::max<std::int64_t>(0, r.staleness()));
+    if (counts.size() <= s) counts.resize(s + 1, 0);
+    ++counts[s];
+  }
+  return counts;
+}
+
+}  // namespace ps
