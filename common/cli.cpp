@@ -151,7 +151,9 @@ std::string usage(const ChapterInfo& c, const std::string& own_usage) {
                   "\n\noptions (--flag value or --flag=value):\n";
   u += "  --epochs N        passes over the training set (default 10)\n";
   u += "  --batch-size N    examples per step, summed over all devices (default 256)\n";
-  u += "  --lr X            SGD learning rate, a positive float (default 0.2)\n";
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", c.default_lr);
+  u += "  --lr X            SGD learning rate, a positive float (default " + std::string(lr) + ")\n";
   u += "  --devices K       logical devices to train on (default " + std::to_string(c.default_devices) +
        (c.max_devices == 1 ? "; this chapter uses exactly one)\n" : ")\n");
   u += "  --data-dir DIR    Fashion-MNIST directory (default: search, see data/README.md)\n";
@@ -171,6 +173,7 @@ std::string usage(const ChapterInfo& c, const std::string& own_usage) {
 Options default_options(const ChapterInfo& chapter) {
   Options o;
   o.devices = chapter.default_devices;
+  o.lr = chapter.default_lr;
   return o;
 }
 

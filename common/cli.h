@@ -91,6 +91,7 @@ struct ChapterInfo {
   std::string summary;      // one line for --help
   int default_devices = 1;
   int max_devices = 1 << 10;  // chapter 01 trains on exactly one device
+  float default_lr = 0.2f;    // d2l's LeNet rate; chapter 09's ResNet-18 recipe is 0.1
 };
 
 struct ParseResult {

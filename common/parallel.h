@@ -85,6 +85,21 @@ void for_each_span(const Device& d, std::int64_t items, int span, F f, double by
 #endif
 }
 
+// Inside a for_each_span functor whose item is a row-major plane `width` elements wide: calls
+// g(row, x0, x1) for each row segment of the plane's elements [begin, end), i.e. elements
+// x0..x1-1 of row `row`. One division, then whole rows: a CPU core gets contiguous inner loops,
+// a GPU thread (begin + 1 == end) one element.
+template <class G>
+MGPU_HD void for_each_row_segment(int begin, int end, int width, G g) {
+  int row = begin / width, x0 = begin - row * width;
+  while (begin < end) {
+    const int x1 = x0 + (end - begin) < width ? x0 + (end - begin) : width;
+    g(row, x0, x1);
+    begin += x1 - x0;
+    ++row, x0 = 0;
+  }
+}
+
 // Calls f(lane) for lane = 0..lanes-1 (at most lanes_per_device(d)), to queue each lane's work
 // on d; the lanes then run at once. A GPU has one lane. In the cpu build each lane runs on one
 // OpenMP thread of d's worker, where Thrust's OpenMP loops and OpenBLAS see that they are

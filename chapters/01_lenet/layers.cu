@@ -13,25 +13,12 @@ namespace lenet {
 namespace {
 
 using mgpu::for_each_index;
+using mgpu::for_each_row_segment;
 using mgpu::for_each_span;
 using mgpu::gemm;
 using mgpu::Transpose;
 using i64 = std::int64_t;
 constexpr double kF = sizeof(float);  // bytes per element, for the profile's GB/s
-
-// Calls g(row, x0, x1) for each row segment of the elements [begin, end) of a row-major
-// plane `width` elements wide: elements x0..x1-1 of row `row`. One division, then whole rows:
-// a CPU core gets contiguous inner loops, a GPU thread (begin + 1 == end) one element.
-template <class G>
-MGPU_HD void for_each_row_segment(int begin, int end, int width, G g) {
-  int row = begin / width, x0 = begin - row * width;
-  while (begin < end) {
-    const int x1 = x0 + (end - begin) < width ? x0 + (end - begin) : width;
-    g(row, x0, x1);
-    begin += x1 - x0;
-    ++row, x0 = 0;
-  }
-}
 
 // The inner loops of the layout kernels, over elements [x0, x1) of one row. __restrict__ on
 // a function's parameters promises the compiler that the arrays do not overlap, which is what

@@ -1,0 +1,411 @@
+// The ResNet layers. As in chapter 01, each kernel is a functor run by mgpu::for_each_index
+// (one call per item) or mgpu::for_each_span (one call per block of contiguous output, cut into
+// single elements on a GPU and kept whole on a CPU); the comment above each says what its items are.
+#include "layers.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/gemm.h"
+#include "common/parallel.h"
+
+namespace nn {
+namespace {
+
+using mgpu::for_each_index;
+using mgpu::for_each_row_segment;
+using mgpu::for_each_span;
+using mgpu::gemm;
+using mgpu::Transpose;
+using i64 = std::int64_t;
+constexpr double kF = sizeof(float);  // bytes per element, for the profile's GB/s
+
+// THE per-backend choice of this file: how many slices a channel's sum is cut into (see
+// layers.h, "per-channel sums"). A GPU needs tens of thousands of threads in flight, and a layer
+// has 64 to 512 channels: 128 slices each gives 8,192 to 65,536 threads, each reading a float
+// 128 apart from its previous one and next to its neighbour thread's. A CPU core is fastest
+// walking one channel's row in order, so there each channel is one slice.
+constexpr int kSlices = mgpu::kCudaBackend ? 128 : 1;
+
+MGPU_HD inline int ceil_div(int a, int b) { return (a + b - 1) / b; }  // for a >= 0, b > 0
+
+// Item: one (row r = (c, ky, kx), image b) pair of col, a block of Ho*Wo contiguous outputs:
+// col[r][b][oy][ox] = x[c][b][oy*s + ky - p][ox*s + kx - p], 0 in the padding.
+struct Im2col {
+  const float* x;
+  float* col;
+  int B, H, W, k, s, p, Ho, Wo;
+  MGPU_HD void operator()(i64 item, int begin, int end) const {
+    const int r = int(item / B), b = int(item % B);
+    const int c = r / (k * k), ky = r / k % k, kx = r % k;
+    const float* plane = x + (i64(c) * B + b) * H * W;  // = &x[c][b][0][0]
+    float* dst = col + item * Ho * Wo;                  // = &col[r][b][0][0]
+    // Output columns ox whose input column ox*s + kx - p lies inside the image: [lo, hi).
+    const int lo = p > kx ? ceil_div(p - kx, s) : 0;
+    const int hi_raw = W - 1 + p - kx >= 0 ? (W - 1 + p - kx) / s + 1 : 0;
+    const int hi = hi_raw < Wo ? hi_raw : Wo;
+    for_each_row_segment(begin, end, Wo, [&](int oy, int x0, int x1) {
+      float* out = dst + oy * Wo;
+      const int y = oy * s + ky - p;
+      if (y < 0 || y >= H) {  // a padding row
+        for (int ox = x0; ox < x1; ++ox) out[ox] = 0.0f;
+        return;
+      }
+      const float* in = plane + y * W;  // = &x[c][b][y][0]
+      for (int ox = x0; ox < x1; ++ox) out[ox] = ox >= lo && ox < hi ? in[ox * s + kx - p] : 0.0f;
+    });
+  }
+};
+
+// Item: one image plane (c, b) of dx, H*W outputs, each the gather of the col entries that
+// copied it: pixel (y, x) was copied into window (ky, kx) at output (oy, ox) wherever
+// y = oy*s + ky - p and x = ox*s + kx - p for some oy < Ho, ox < Wo. Every output has one owner,
+// so no atomics are needed; every pixel adds its terms in the order (ky, kx) ascending, whichever
+// mapping for_each_span chose, so both backends give the same bits.
+struct Col2im {
+  const float* col;
+  float* dx;
+  int B, H, W, k, s, p, Ho, Wo;
+  MGPU_HD void operator()(i64 item, int begin, int end) const {
+    const i64 c = item / B, b = item % B;
+    float* plane = dx + item * H * W;  // = &dx[c][b][0][0]
+    for_each_row_segment(begin, end, W, [&](int y, int x0, int x1) {
+      float* out = plane + y * W;
+      for (int x = x0; x < x1; ++x) out[x] = 0.0f;
+      for (int ky = 0; ky < k; ++ky) {
+        const int oy_s = y + p - ky;  // oy * s, if this window row saw pixel row y
+        if (oy_s < 0 || oy_s % s != 0 || oy_s / s >= Ho) continue;
+        for (int kx = 0; kx < k; ++kx) {
+          const float* row = col + ((((c * k + ky) * k + kx) * B + b) * Ho + oy_s / s) * Wo;  // = &col[r][b][oy][0]
+          // x = ox*s + kx - p for ox = 0 .. Wo-1: the first such x >= x0, then every s-th.
+          int x = kx - p;
+          if (x < x0) x += ceil_div(x0 - x, s) * s;
+          for (; x < x1 && x <= (Wo - 1) * s + kx - p; x += s) out[x] += row[(x + p - kx) / s];
+        }
+      }
+    });
+  }
+};
+
+// Two sums carried together (BatchNorm needs two per channel, in both directions).
+struct TwoSums {
+  double first = 0, second = 0;
+};
+
+// Item: one slice (c, s) of a channel's row of n values: partials[0][c][s] and partials[1][c][s]
+// are the sums of term(c, j) over j = s, s + kSlices, s + 2 kSlices, ... < n.
+template <class Term>
+struct SliceSums {
+  Term term;
+  double* partials;  // [2][channels][kSlices]
+  int channels;
+  i64 n;
+  MGPU_HD void operator()(i64 item) const {
+    const i64 c = item / kSlices;
+    TwoSums t;
+    for (i64 j = item % kSlices; j < n; j += kSlices) {
+      const TwoSums v = term(c, c * n + j);
+      t.first += v.first, t.second += v.second;
+    }
+    partials[item] = t.first;
+    partials[i64(channels) * kSlices + item] = t.second;
+  }
+};
+
+// The terms of BatchNorm's sums; item i is element i of z's [C][n] values. The forward pass's
+// two passes use one sum each (`second` stays 0).
+struct Value {  // pass 1: z
+  const float* z;
+  MGPU_HD TwoSums operator()(i64, i64 i) const { return {z[i], 0.0}; }
+};
+struct CenteredSquare {  // pass 2: (z - mean)^2, mean = sum / count
+  const float* z;
+  const float* sums;  // [0][C]: sum z
+  double count;
+  MGPU_HD TwoSums operator()(i64 c, i64 i) const {
+    const double centered = z[i] - sums[c] / count;
+    return {centered * centered, 0.0};
+  }
+};
+struct GradAndGradXhat {  // backward: (dy, dy * xhat), xhat = (z - mean) * inv_std recomputed
+  const float* dy;
+  const float* z;
+  const float* stats;  // [2][C]: mean, inv_std
+  int channels;
+  MGPU_HD TwoSums operator()(i64 c, i64 i) const {
+    const float xhat = (z[i] - stats[c]) * stats[channels + c];
+    return {dy[i], double(dy[i]) * xhat};
+  }
+};
+
+// Item: one channel c: adds up its kSlices partials of each sum. Where the sums go: first into
+// first[c], second (when wanted) into second[c]; with dgamma and dbeta (backward), they are also
+// added into the parameter gradients.
+struct FinishSums {
+  const double* partials;
+  float* first;
+  float* second;  // may be null
+  float* dgamma;  // may be null
+  float* dbeta;   // may be null
+  int channels;
+  MGPU_HD void operator()(i64 c) const {
+    double a = 0, b = 0;
+    for (int s = 0; s < kSlices; ++s)
+      a += partials[c * kSlices + s], b += partials[(i64(channels) + c) * kSlices + s];
+    first[c] = float(a);
+    if (second) second[c] = float(b);
+    if (dbeta) dbeta[c] += float(a);
+    if (dgamma) dgamma[c] += float(b);
+  }
+};
+
+// Item: one channel c: its batch statistics from the sums, and one step of its running ones.
+struct Statistics {
+  const float* sums;  // [2][C]: sum z, sum (z - mean)^2 over `count` values
+  double count;
+  float eps, momentum;
+  float* running_mean;
+  float* running_var;
+  float* stats;  // [2][C]: mean, inv_std
+  int channels;
+  MGPU_HD void operator()(i64 c) const {
+    const double mean = sums[c] / count;
+    const double var = sums[channels + c] / count;  // biased: what the batch is normalized by
+    stats[c] = float(mean);
+    stats[channels + c] = float(1.0 / sqrt(var + eps));
+    const double unbiased = count > 1 ? var * count / (count - 1) : var;
+    running_mean[c] = float((1 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = float((1 - momentum) * running_var[c] + momentum * unbiased);
+  }
+};
+
+struct InferenceStatistics {  // item: one channel c
+  const float* running_mean;
+  const float* running_var;
+  float eps;
+  float* stats;
+  int channels;
+  MGPU_HD void operator()(i64 c) const {
+    stats[c] = running_mean[c];
+    stats[channels + c] = float(1.0 / sqrt(double(running_var[c]) + eps));
+  }
+};
+
+// Item: one channel c's row of n outputs: y = act(gamma (z - mean) inv_std + beta + residual).
+struct BatchNormApply {
+  const float* z;
+  const float* stats;
+  const float* gamma;
+  const float* beta;
+  const float* residual;  // may be null
+  float* y;
+  i64 n;
+  int channels;
+  bool relu;
+  MGPU_HD void operator()(i64 c, int begin, int end) const {
+    const float mean = stats[c], scale = gamma[c] * stats[channels + c], shift = beta[c];
+    const float* zr = z + c * n;
+    float* yr = y + c * n;
+    const float* rr = residual ? residual + c * n : nullptr;
+    for (int j = begin; j < end; ++j) {
+      float v = (zr[j] - mean) * scale + shift;
+      if (rr) v += rr[j];
+      yr[j] = relu && v < 0 ? 0.0f : v;
+    }
+  }
+};
+
+// Item: one channel c's row of n outputs: BatchNorm's input gradient (layers.h, step 3).
+struct BatchNormBackwardInput {
+  const float* dy;
+  const float* z;
+  const float* stats;
+  const float* gamma;
+  const float* sums;  // [2][C]: sum dy, sum dy * xhat, over `count` values
+  float* dz;
+  i64 n;
+  int channels;
+  float count;
+  MGPU_HD void operator()(i64 c, int begin, int end) const {
+    const float mean = stats[c], inv_std = stats[channels + c];
+    const float mean_dy = sums[c] / count, mean_dy_xhat = sums[channels + c] / count;
+    const float k = gamma[c] * inv_std;
+    const float* dyr = dy + c * n;
+    const float* zr = z + c * n;
+    float* dzr = dz + c * n;
+    for (int j = begin; j < end; ++j) {
+      // BEGIN EXERCISE ex09.batch_norm_backward
+      const float xhat = (zr[j] - mean) * inv_std;
+      dzr[j] = k * (dyr[j] - mean_dy - xhat * mean_dy_xhat);
+      // END EXERCISE ex09.batch_norm_backward
+    }
+  }
+};
+
+// Item: one plane (c, b): y[c][b] = the mean of its S values.
+struct GlobalAvgPool {
+  const float* x;
+  float* y;
+  int S;
+  MGPU_HD void operator()(i64 plane) const {
+    float sum = 0;
+    for (int i = 0; i < S; ++i) sum += x[plane * S + i];
+    y[plane] = sum / S;
+  }
+};
+
+// Item: one plane (c, b) of dx, S outputs: each gets dy[c][b] / S.
+struct GlobalAvgPoolBackward {
+  const float* dy;
+  float* dx;
+  int S;
+  MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    const float g = dy[plane] / S;
+    for (int i = begin; i < end; ++i) dx[plane * S + i] = g;
+  }
+};
+
+void check_channels(ImageShape xs, ConvShape c, const char* call) {
+  if (xs.channels != c.in_channels)
+    throw mgpu::Error(std::string(call) + ": the input has " + std::to_string(xs.channels) +
+                      " channels, the convolution expects " + std::to_string(c.in_channels));
+}
+
+// A row of n values is walked with int indices by for_each_span.
+int row_length(i64 n, const char* call) {
+  if (n < 0 || n > 0x7fffffff) throw mgpu::Error(std::string(call) + ": a channel of " + std::to_string(n) + " values");
+  return static_cast<int>(n);
+}
+
+template <class Term>
+void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScratch& scratch, float* first,
+                  float* second, float* dgamma, float* dbeta, double bytes) {
+  if (channels > scratch.max_channels)
+    throw mgpu::Error("channel_sums: " + std::to_string(channels) + " channels, scratch for " +
+                      std::to_string(scratch.max_channels));
+  for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, scratch.partials.data(), channels, n}, bytes);
+  for_each_index(d, channels, FinishSums{scratch.partials.data(), first, second, dgamma, dbeta, channels});
+}
+
+}  // namespace
+
+int conv_output_size(int in, int kernel, int stride, int padding) {
+  return (in + 2 * padding - kernel) / stride + 1;
+}
+
+ImageShape conv_output_shape(ImageShape xs, ConvShape c) {
+  return {c.out_channels, xs.batch, conv_output_size(xs.height, c.kernel, c.stride, c.padding),
+          conv_output_size(xs.width, c.kernel, c.stride, c.padding)};
+}
+
+std::int64_t conv_col_size(ImageShape xs, ConvShape c) {
+  const ImageShape zs = conv_output_shape(xs, c);
+  return i64(c.in_channels) * c.kernel * c.kernel * zs.batch * zs.height * zs.width;
+}
+
+void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
+  check_channels(xs, c, "im2col");
+  const ImageShape zs = conv_output_shape(xs, c);
+  const i64 items = i64(c.in_channels) * c.kernel * c.kernel * xs.batch;
+  for_each_span(d, items, zs.height * zs.width,
+                Im2col{x, col, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width},
+                2.0 * kF * items * zs.height * zs.width);
+}
+
+void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) {
+  check_channels(xs, c, "col2im");
+  const ImageShape zs = conv_output_shape(xs, c);
+  const i64 planes = i64(xs.channels) * xs.batch;
+  for_each_span(d, planes, xs.height * xs.width,
+                Col2im{col, dx, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width},
+                kF * (double(conv_col_size(xs, c)) + xs.size()));
+}
+
+void conv2d_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                    float* col, float* z) {
+  const ImageShape zs = conv_output_shape(xs, c);
+  const int P = zs.batch * zs.height * zs.width;        // output pixels, all images
+  const int K = c.in_channels * c.kernel * c.kernel;  // inputs per output pixel
+  im2col(d, x, xs, c, col);
+  // z = W col               [Cout x P] = [Cout x K][K x P]
+  gemm(d, Transpose::No, Transpose::No, c.out_channels, P, K, 1.0f, W, col, 0.0f, z);
+  // z += b, broadcast along each channel's row of P pixels
+  lenet::bias_activation(d, z, b, c.out_channels, P, lenet::Activation::None);
+}
+
+void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
+                     const float* ones, float* col, float* dcol, float* dW, float* db, float* dx) {
+  const ImageShape zs = conv_output_shape(xs, c);
+  const int P = zs.batch * zs.height * zs.width;
+  const int K = c.in_channels * c.kernel * c.kernel;
+  im2col(d, x, xs, c, col);  // the forward pass's col, unfolded again
+  // dW += dz col^T          [Cout x K] = [Cout x P][P x K]
+  gemm(d, Transpose::No, Transpose::Yes, c.out_channels, K, P, 1.0f, dz, col, 1.0f, dW);
+  // db += dz ones           [Cout x 1] = [Cout x P][P x 1]
+  gemm(d, Transpose::No, Transpose::No, c.out_channels, 1, P, 1.0f, dz, ones, 1.0f, db);
+  if (!dx) return;
+  // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]; then every window folded back
+  gemm(d, Transpose::Yes, Transpose::No, K, P, c.out_channels, 1.0f, W, dz, 0.0f, dcol);
+  col2im(d, dcol, xs, c, dx);
+}
+
+int reduction_slices() { return kSlices; }
+
+ReductionScratch::ReductionScratch(const Device& d, int max_channels)
+    : max_channels(max_channels), partials(d, std::size_t(2) * max_channels * kSlices) {}
+
+void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch, float* sums) {
+  channel_sums(d, channels, n, Value{z}, scratch, sums, nullptr, nullptr, nullptr, kF * channels * n);
+}
+
+void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
+                            ReductionScratch& scratch, float* sums) {
+  if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums: no values to normalize over");
+  channel_sums(d, channels, n, CenteredSquare{z, sums, count}, scratch, sums + channels, nullptr, nullptr, nullptr,
+               kF * channels * n);
+}
+
+void batch_norm_statistics(const Device& d, const float* sums, double count, int channels, float eps, float momentum,
+                           float* running_mean, float* running_var, float* stats) {
+  if (!(count >= 1)) throw mgpu::Error("batch_norm_statistics: no values to normalize over");
+  for_each_index(d, channels, Statistics{sums, count, eps, momentum, running_mean, running_var, stats, channels});
+}
+
+void batch_norm_inference_statistics(const Device& d, const float* running_mean, const float* running_var,
+                                     int channels, float eps, float* stats) {
+  for_each_index(d, channels, InferenceStatistics{running_mean, running_var, eps, stats, channels});
+}
+
+void batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats, const float* gamma,
+                      const float* beta, const float* residual, lenet::Activation act, float* y) {
+  for_each_span(d, channels, row_length(n, "batch_norm_apply"),
+                BatchNormApply{z, stats, gamma, beta, residual, y, n, channels, act == lenet::Activation::Relu},
+                kF * channels * n * (residual ? 3.0 : 2.0));
+}
+
+void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                              const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta) {
+  channel_sums(d, channels, n, GradAndGradXhat{dy, z, stats, channels}, scratch, sums, sums + channels, dgamma, dbeta,
+               2.0 * kF * channels * n);
+}
+
+void batch_norm_backward_input(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                               const float* stats, const float* gamma, const float* sums, double count, float* dz) {
+  for_each_span(d, channels, row_length(n, "batch_norm_backward_input"),
+                BatchNormBackwardInput{dy, z, stats, gamma, sums, dz, n, channels, float(count)},
+                3.0 * kF * channels * n);
+}
+
+void global_avg_pool_forward(const Device& d, const float* x, ImageShape xs, float* y) {
+  const i64 planes = i64(xs.channels) * xs.batch;
+  for_each_index(d, planes, GlobalAvgPool{x, y, xs.height * xs.width}, kF * (xs.size() + planes));
+}
+
+void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, float* dx) {
+  const i64 planes = i64(xs.channels) * xs.batch;
+  for_each_span(d, planes, xs.height * xs.width, GlobalAvgPoolBackward{dy, dx, xs.height * xs.width},
+                kF * (xs.size() + planes));
+}
+
+}  // namespace nn

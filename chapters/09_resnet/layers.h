@@ -1,0 +1,130 @@
+// The layers a ResNet adds to chapter 01's: a convolution with any stride and padding,
+// BatchNorm (batch statistics for training, running statistics for evaluation, the backward
+// pass written out), the residual add and global average pooling. A small library of free
+// functions over explicit buffers, in chapter 01's conventions, and nothing more: the network
+// (resnet.h) calls them in order, as chapter 01's lenet.cu calls its layers.
+//
+// Layout, as in chapter 01: activations are [C][B][H][W] ("CNHW"), so one channel of a whole
+// batch is one contiguous row of B*H*W values. A convolution is then one GEMM, and BatchNorm's
+// per-channel statistics are sums along rows.
+//
+// Conventions, as in chapter 01: forward functions overwrite their outputs; backward functions
+// ADD parameter gradients into their dW, db, dgamma, dbeta and overwrite the input gradient.
+// Chapter 01's layers that need no change are used as they are: lenet::dense_forward /
+// dense_backward, lenet::softmax_cross_entropy, lenet::relu_backward, lenet::add_into,
+// lenet::sgd_update (test_resnet_layers.cpp checks that conv2d_forward with stride 1 and no
+// padding IS chapter 01's convolution, to the bit, so LeNet could be written with this library).
+#pragma once
+#include <cstdint>
+
+#include "../01_lenet/layers.h"
+#include "common/device.h"
+
+namespace nn {
+
+using lenet::ImageShape;
+using mgpu::Device;
+
+// --- convolution: kernel k x k, stride s, zero padding p on every side
+struct ConvShape {
+  int in_channels, out_channels, kernel, stride, padding;
+};
+// Output side for an input side: (in + 2p - k) / s + 1 (28 -> 28 for k3 s1 p1; 28 -> 14 for
+// k3 s2 p1; 7 -> 4 for both k3 s2 p1 and k1 s2 p0).
+int conv_output_size(int in, int kernel, int stride, int padding);
+// The output's shape for input xs.
+ImageShape conv_output_shape(ImageShape xs, ConvShape c);
+
+// col [Cin*k*k][B*Ho*Wo]: row (c, ky, kx), column (b, oy, ox) holds x[c][b][oy*s + ky - p][ox*s + kx - p],
+// or 0 where that pixel lies in the padding.
+void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col);
+// The adjoint: dx[c][b][y][x] = the sum of every col entry that copied x[c][b][y][x] (padding
+// entries go nowhere).
+void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx);
+
+// z [Cout][B][Ho][Wo] = W * im2col(x) + b, with W [Cout][Cin][k][k] and b [Cout]; col is scratch
+// of conv_col_size(xs, c) floats. No activation: in a ResNet a BatchNorm comes next.
+void conv2d_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                    float* col, float* z);
+// From dz [Cout][B][Ho][Wo] and the forward pass's input x: dW += dz col^T, db += dz ones,
+// dx = col2im(W^T dz) (dx == nullptr skips it). The backward pass unfolds x again into the
+// scratch col instead of keeping every layer's col from the forward pass: one more im2col per
+// layer against, for ResNet-18 at batch 256, gigabytes of unfolded inputs kept. dcol is scratch
+// of col's size; ones holds at least B*Ho*Wo values of 1.0f.
+void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
+                     const float* ones, float* col, float* dcol, float* dW, float* db, float* dx);
+// Floats of scratch one col (or dcol) needs: Cin*k*k * B*Ho*Wo.
+std::int64_t conv_col_size(ImageShape xs, ConvShape c);
+
+// --- per-channel sums: the reduction BatchNorm is made of
+// A sum over one channel's row of B*H*W values is a reduction. It is done in two passes: each
+// item (c, s) adds up its slice, the values j = s, s + S, s + 2S, ... of channel c's row (in
+// double), into partials [C][S]; then one item per channel adds its S partials. Consecutive
+// slices read consecutive addresses, so a GPU's neighbouring threads read neighbouring floats.
+// kSlices (S) is chosen per backend in one place, layers.cu: many on a GPU (to fill it with
+// threads), one on a CPU (a core then walks its channel's row in order).
+int reduction_slices();
+// Scratch for the sums of up to max_channels channels: [2][max_channels][reduction_slices()] doubles.
+struct ReductionScratch {
+  ReductionScratch(const Device& d, int max_channels);
+  int max_channels;
+  mgpu::Buffer<double> partials;
+};
+
+// --- BatchNorm over the channels of z [C][B][H][W] (n = B*H*W values per channel)
+//
+// Training normalizes with the batch's own statistics, computed in two passes over z: the mean
+// first, then the variance as the mean square distance from it. (One pass, with sum z and sum z^2,
+// would take var = E[z^2] - E[z]^2, a difference of two nearly equal numbers wherever the mean is
+// large beside the spread: float keeps 7 digits, and a mean of 0.2 with a spread of 0.006, which
+// the conv biases of d2l's net produce, leaves 3 of them. test_resnet shows what that does.)
+// Each pass ends in sums, so that SyncBN (chapter README) can add them up over every device:
+//   1. batch_norm_sums(z):            sums [0][C] = sum z, this device's values
+//      (SyncBN: sums[0] summed over the devices; count = the values of all devices)
+//   2. batch_norm_square_sums(z):     sums [1][C] = sum (z - mean)^2, mean = sums[0] / count
+//      (SyncBN: sums[1] summed over the devices)
+//   3. batch_norm_statistics:         stats [2][C] = (mean, 1 / sqrt(var + eps)), var = sums[1] /
+//                                     count (biased, as PyTorch normalizes); the running statistics
+//                                     move towards the batch's: running = (1 - momentum) running +
+//                                     momentum * batch, with the unbiased variance var * count /
+//                                     (count - 1), as PyTorch does
+// then batch_norm_apply normalizes. Evaluation uses the running statistics instead
+// (batch_norm_inference_statistics), and the same apply.
+void batch_norm_sums(const Device& d, const float* z, int channels, std::int64_t n, ReductionScratch& scratch,
+                     float* sums);
+void batch_norm_square_sums(const Device& d, const float* z, int channels, std::int64_t n, double count,
+                            ReductionScratch& scratch, float* sums);
+void batch_norm_statistics(const Device& d, const float* sums, double count, int channels, float eps, float momentum,
+                           float* running_mean, float* running_var, float* stats);
+// stats [2][C] = (running_mean, 1 / sqrt(running_var + eps)): what evaluation normalizes with.
+void batch_norm_inference_statistics(const Device& d, const float* running_mean, const float* running_var,
+                                     int channels, float eps, float* stats);
+
+// y = act(gamma * (z - mean) * inv_std + beta + residual), per channel c of z [C][B][H][W], with
+// (mean, inv_std) from stats. residual (the shortcut of a residual block, z's shape) may be null.
+// ReLU or not: lenet::Activation. One pass over z: BatchNorm, the residual add and the ReLU fused.
+void batch_norm_apply(const Device& d, const float* z, int channels, std::int64_t n, const float* stats,
+                      const float* gamma, const float* beta, const float* residual, lenet::Activation act, float* y);
+
+// Backward, from dy (the gradient with respect to BatchNorm's output, before any ReLU: the
+// caller applies lenet::relu_backward first), in three steps as the forward pass:
+//   1. batch_norm_backward_sums: sums [2][C] = (sum dy, sum dy * xhat) per channel, with
+//      xhat = (z - mean) * inv_std recomputed from z and stats; dbeta += the first, dgamma +=
+//      the second (this device's share of the parameter gradients)
+//   2. (SyncBN only) sums summed over the devices, count over all devices
+//   3. batch_norm_backward_input:
+//      dz = gamma * inv_std / count * (count * dy - sum dy - xhat * sum(dy * xhat))
+// The gradient reaches z through xhat directly and through the mean and variance, which every
+// value of the channel shares: hence the two sums. (Derivation: chapter README.)
+void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, std::int64_t n,
+                              const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta);
+void batch_norm_backward_input(const Device& d, const float* dy, const float* z, int channels, std::int64_t n,
+                               const float* stats, const float* gamma, const float* sums, double count, float* dz);
+
+// --- global average pooling: y [C][B] = the mean of each plane of x [C][B][H][W]. [C][B] is
+// the layout lenet::dense_forward takes, so no flatten is needed after it.
+void global_avg_pool_forward(const Device& d, const float* x, ImageShape xs, float* y);
+// dx [C][B][H][W] = dy[c][b] / (H*W) at every pixel of plane (c, b).
+void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, float* dx);
+
+}  // namespace nn

@@ -1,0 +1,56 @@
+// Chapter 09: d2l's ResNet-18 (section 13.6) from a small layer library, data parallel on k
+// devices, with BatchNorm per device (d2l's DataParallel) or synchronized (SyncBN).
+//   build/bin/09_resnet [--width 64] [--devices 1] [--bn device|sync] [--batch-size 256] [--lr 0.1] ...
+#include <cstdio>
+#include <string>
+
+#include "common/cli.h"
+#include "common/device.h"
+#include "common/fashion_mnist.h"
+#include "common/openmp_waits.h"
+#include "common/report.h"
+#include "train.h"
+
+int main(int argc, char** argv) {
+  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  const mgpu::ChapterInfo chapter{"09_resnet", "d2l's ResNet-18 from scratch, data parallel, BatchNorm per device or synced",
+                                  /*default_devices=*/1, /*max_devices=*/1024, /*default_lr=*/0.1f};  // d2l 13.6's 1-GPU recipe
+  resnet::ResnetOptions ro;
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, resnet::resnet_flags(ro), resnet::kResnetUsage);
+  if (const std::string why = resnet::resolve_collective(ro, o.devices); !why.empty()) {
+    std::fprintf(stderr, "09_resnet: %s\n\n%s", why.c_str(), mgpu::usage(chapter, resnet::kResnetUsage).c_str());
+    return 2;
+  }
+  try {
+    const mgpu::DeviceSet devices(o.devices);
+    std::printf("backend %s, %d logical device(s)\n%s%s", mgpu::kBackendName, o.devices, devices.mapping().c_str(),
+                o.devices > 1 ? mgpu::enable_peer_access(devices).c_str() : "");
+    const resnet::Network net(ro.width);
+    std::printf("ResNet-18, width %d (stages of %d, %d, %d, %d channels): %lld parameters, %.0f MFLOP per training "
+                "image (forward and backward)\n",
+                ro.width, ro.width, 2 * ro.width, 4 * ro.width, 8 * ro.width,
+                static_cast<long long>(net.parameter_count()), net.training_flops_per_image() / 1e6);
+    std::printf("BatchNorm statistics: %s; collective: %s; GEMMs: %s\n",
+                ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
+                                                     : "per device (as d2l's nn.DataParallel)",
+                resnet::name_of(ro.collective).c_str(),
+                !ro.tf32 ? "fp32" : mgpu::kCudaBackend ? "tf32 tensor cores" : "fp32 (--tf32 is a GPU mode)");
+    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+                data.test.count);
+    if (!ro.dump_step.empty()) {
+      resnet::dump_step(devices, data, o, ro);
+      return 0;
+    }
+    // The files are named after what changes: 09_resnet_w16_k2_syncbn.csv
+    const std::string run = chapter.name + "_w" + std::to_string(ro.width) + "_k" + std::to_string(o.devices) +
+                             (ro.bn == resnet::BatchNormMode::Sync ? "_syncbn" : "");
+    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    resnet::train(devices, data, o, ro, log);
+    log.finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "09_resnet: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,341 @@
+#include "train.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "../02_data_parallel/data_parallel.h"
+#include "../03_ring_allreduce/ring.h"
+#include "common/batches.h"
+#include "common/timer.h"
+#if MGPU_HAVE_NCCL
+#include "../04_nccl/nccl_allreduce.h"
+#endif
+
+namespace resnet {
+namespace {
+
+using i64 = std::int64_t;
+
+// The collective, made once for the run, as a resnet::Allreduce. `elements`: the largest
+// buffer it will be given (the gradient bucket).
+struct Collectives {
+  Collectives(const mgpu::DeviceSet& devices, Collective c, std::size_t elements) {
+    switch (c) {
+      case Collective::Ring: ring_ = std::make_unique<ring::RingAllreduce>(devices, elements); break;
+      case Collective::Naive: naive_ = std::make_unique<dp::Allreduce>(devices, lenet::Layout::Flat, elements); break;
+      case Collective::Nccl:
+#if MGPU_HAVE_NCCL
+        nccl_ = std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
+        break;
+#else
+        throw mgpu::Error("--allreduce nccl: this build has no NCCL");
+#endif
+    }
+  }
+  Allreduce function() {
+    return [this](const std::vector<float*>& data, mgpu::Elements n) {
+      if (ring_) ring_->run(data, n);
+      if (naive_) naive_->run(data, n);
+#if MGPU_HAVE_NCCL
+      if (nccl_) nccl_->run(data, n);
+#endif
+    };
+  }
+  std::unique_ptr<ring::RingAllreduce> ring_;
+  std::unique_ptr<dp::Allreduce> naive_;
+#if MGPU_HAVE_NCCL
+  std::unique_ptr<nccl::NcclAllreduce> nccl_;
+#endif
+};
+
+// Every replica starts from the same parameters and running statistics.
+std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network& net, int capacity,
+                                   const std::vector<float>& params, const std::vector<float>& state) {
+  std::vector<Replica> replicas;
+  replicas.reserve(devices.size());
+  for (int i = 0; i < devices.size(); ++i) {
+    replicas.emplace_back(devices[i], net, capacity);
+    replicas.back().params.upload(params);
+    replicas.back().state.upload(state);
+  }
+  return replicas;
+}
+
+void use_tf32(const mgpu::DeviceSet& devices, bool on) {
+#if MGPU_CUDA
+  for (int i = 0; i < devices.size(); ++i) {
+    mgpu::activate(devices[i]);
+    MGPU_CHECK_CUBLAS(cublasSetMathMode(devices[i].blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
+#else
+  (void)devices, (void)on;  // the cpu build computes in fp32 (main says so)
+#endif
+}
+
+// d2l's split_batch: the n examples order[first .. first + n) of the epoch, shard i (the next
+// shard_sizes(n, k)[i] of them) gathered by device i from its own copy of the data.
+void split_batch(std::vector<dp::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
+  const std::vector<int> sizes = dp::shard_sizes(n, static_cast<int>(replicas.size()));
+  int start = first;
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    Replica& r = replicas[i];
+    lenet::gather(*r.device, data[i].images, data[i].order.data() + start, sizes[i], r.shard);
+    r.x = r.shard.x.data(), r.labels = r.shard.y.data(), r.n = sizes[i];
+    start += sizes[i];
+  }
+}
+
+// d2l's train_batch: forward and backward on every device, the gradients summed, the same SGD
+// step everywhere (lr / n: the loss is the batch's mean, as d2l's CrossEntropyLoss).
+void train_batch(Devices& s, std::vector<dp::DeviceData>& data, int first, int n, float lr) {
+  split_batch(data, first, n, s.replicas);
+  for (Replica& r : s.replicas) r.grads.zero();
+  forward(s, /*training=*/true);
+  loss(s, /*with_gradient=*/true);
+  backward(s);
+  std::vector<float*> grads;
+  for (Replica& r : s.replicas) grads.push_back(r.grads.data());
+  s.allreduce(grads, mgpu::Elements{std::size_t(s.net.param_floats)});
+  for (Replica& r : s.replicas)
+    lenet::sgd_update(*r.device, r.params.data(), r.grads.data(), s.net.param_floats, lr / n);
+}
+
+// Device 0's running statistics copied to every device: what evaluation normalizes with when
+// each device kept its own (BatchNormMode::PerDevice), as nn.DataParallel keeps device 0's.
+void share_running_statistics(std::vector<Replica>& replicas) {
+  Replica& first = replicas[0];
+  mgpu::Event ready(*first.device);
+  ready.record(*first.device);
+  for (std::size_t i = 1; i < replicas.size(); ++i) {
+    Replica& r = replicas[i];
+    ready.make_wait(*r.device);
+    mgpu::copy_peer(*r.device, r.state.data(), *first.device, first.state.data(), mgpu::Elements{r.state.size()});
+  }
+  for (Replica& r : replicas) mgpu::synchronize(*r.device);  // `ready` dies here
+}
+
+// Test accuracy in evaluation mode, the test set cut into chunks of each device's capacity,
+// chunk c on device c % k (all_devices; else every chunk on device 0, as d2l evaluates).
+double evaluate_accuracy(Devices& s, std::vector<lenet::DeviceImages>& test, bool all_devices) {
+  share_running_statistics(s.replicas);
+  for (Replica& r : s.replicas) r.metrics.reset(), r.n = 0;
+  const int k = all_devices ? static_cast<int>(s.replicas.size()) : 1;
+  const int capacity = s.replicas[0].capacity, count = test[0].count;
+  for (int start = 0; start < count; start += k * capacity) {
+    for (int i = 0; i < k; ++i) {
+      Replica& r = s.replicas[i];
+      const int first = start + i * capacity;
+      r.n = first < count ? std::min(capacity, count - first) : 0;
+      r.x = test[i].pixels.data() + i64(first) * 28 * 28;
+      r.labels = test[i].labels.data() + first;
+    }
+    forward(s, /*training=*/false);
+    loss(s, /*with_gradient=*/false);
+  }
+  double hits = 0;
+  for (Replica& r : s.replicas) hits += r.metrics.read()[1];
+  return hits / count;
+}
+
+void write_floats(const std::filesystem::path& file, const std::vector<float>& v) {
+  std::ofstream out(file, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  if (!out) throw mgpu::Error("cannot write " + file.string());
+}
+
+// One table's tensors out of a flat download, one file each, in PyTorch's layout: the fc weight
+// is stored [in][out] here and [out][in] in nn.Linear. `scale` multiplies every value.
+void write_tensors(const Network& net, const std::vector<TensorInfo>& table, const std::vector<float>& flat,
+                   const std::filesystem::path& dir, float scale = 1.0f) {
+  std::filesystem::create_directories(dir);
+  for (std::size_t t = 0; t < table.size(); ++t) {
+    const TensorInfo& info = table[t];
+    std::vector<float> v(flat.begin() + info.offset, flat.begin() + info.offset + info.count);
+    if (&table == &net.params && int(t) == net.fc_weight) {
+      const int in = info.shape[0], out = info.shape[1];
+      std::vector<float> transposed(v.size());
+      for (int i = 0; i < in; ++i)
+        for (int o = 0; o < out; ++o) transposed[std::size_t(o) * in + i] = v[std::size_t(i) * out + o];
+      v = transposed;
+    }
+    for (float& x : v) x *= scale;
+    write_floats(dir / (info.name + ".f32"), v);
+  }
+}
+
+}  // namespace
+
+std::string name_of(Collective c) {
+  switch (c) {
+    case Collective::Ring: return "ring";
+    case Collective::Naive: return "naive";
+    case Collective::Nccl: return "nccl";
+  }
+  return "?";
+}
+
+std::string name_of(BatchNormMode m) { return m == BatchNormMode::Sync ? "sync" : "device"; }
+
+const char* const kResnetUsage =
+    "  --width N          channels of the first stage (default 64, d2l's); the stages have\n"
+    "                     N, 2N, 4N, 8N. Work per image grows as N^2: --width 16 is 1/16 of it\n"
+    "  --bn device|sync   BatchNorm's batch statistics per device (default; d2l's DataParallel)\n"
+    "                     or summed over all devices (SyncBN)\n"
+    "  --allreduce ring|naive|nccl  the collective for gradients and SyncBN's sums (default:\n"
+    "                     nccl in a cuda build with NCCL and one GPU per device, else ring)\n"
+    "  --tf32 on|off      cuda build: GEMMs on TF32 tensor cores (default off); the cpu build\n"
+    "                     computes in fp32 either way\n"
+    "  --dump-step DIR    run one training step on the first --batch-size images, write its\n"
+    "                     tensors to DIR for crosscheck.py, and stop\n";
+
+mgpu::FlagTable resnet_flags(ResnetOptions& ro) {
+  return {
+      {"--width", mgpu::integer_flag(ro.width, 1, 1024)},
+      {"--bn",
+       [&ro](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "device" && v != "sync") return flag + " must be 'device' or 'sync', got '" + v + "'";
+         ro.bn = v == "sync" ? BatchNormMode::Sync : BatchNormMode::PerDevice;
+         return "";
+       }},
+      {"--allreduce",
+       [&ro](const std::string& flag, const std::string& v) -> std::string {
+         if (v == "ring") ro.collective = Collective::Ring;
+         else if (v == "naive") ro.collective = Collective::Naive;
+         else if (v == "nccl") ro.collective = Collective::Nccl;
+         else return flag + " must be 'ring', 'naive' or 'nccl', got '" + v + "'";
+         ro.collective_given = true;
+         return "";
+       }},
+      {"--tf32",
+       [&ro](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+         ro.tf32 = v == "on";
+         return "";
+       }},
+      {"--dump-step", mgpu::text_flag(ro.dump_step, "a directory")},
+  };
+}
+
+std::string resolve_collective(ResnetOptions& ro, int devices) {
+#if MGPU_HAVE_NCCL
+  const bool nccl_fits = nccl::usable_devices(devices) == devices;  // one GPU per device
+  const char* why_not = "--allreduce nccl needs one GPU per device (NCCL refuses two ranks on one GPU): use --allreduce ring";
+#else
+  (void)devices;
+  const bool nccl_fits = false;
+  const char* why_not = "--allreduce nccl needs the cuda build with NCCL: use --allreduce ring";
+#endif
+  if (!ro.collective_given) ro.collective = nccl_fits ? Collective::Nccl : Collective::Ring;
+  if (ro.collective == Collective::Nccl && !nccl_fits) return why_not;
+  return "";
+}
+
+void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+           const ResnetOptions& ro, mgpu::TrainingLog& log) {
+  const int k = devices.size();
+  dp::check_batches_fit(data.train.count, o.batch_size, k);
+  const Network net(ro.width);
+  use_tf32(devices, ro.tf32);
+  const int capacity = dp::shard_sizes(o.batch_size, k)[0];  // the largest shard
+  std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
+  Collectives collectives(devices, ro.collective,
+                          std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
+  Devices s{net, replicas, ro.bn, collectives.function()};
+
+  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // once per run
+  std::vector<lenet::DeviceImages> test_data;
+  for (int i = 0; i < k; ++i) test_data.emplace_back(devices[i], data.test);
+  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
+  mgpu::SyncTimer timer(devices);
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    for (Replica& r : replicas) r.metrics.reset();
+    timer.start();
+    batches.start_epoch(epoch);
+    for (dp::DeviceData& dd : train_data) dd.order.upload(batches.order());
+    for (int b = 0; b < batches.count(); ++b) {
+      train_batch(s, train_data, b * o.batch_size, batches.size(b),
+                  mgpu::learning_rate_at(o, epoch, b, batches.count()));
+      log.progress(epoch + 1, b, batches.count());
+    }
+    mgpu::EpochRecord record;
+    record.seconds = timer.stop_seconds();
+    double loss_sum = 0, hits = 0;
+    for (Replica& r : replicas) {
+      const auto [l, h] = r.metrics.read();
+      loss_sum += l, hits += h;
+    }
+    record.epoch = epoch + 1;
+    record.train_loss = loss_sum / data.train.count;
+    record.train_acc = hits / data.train.count;
+    record.test_acc = evaluate_accuracy(s, test_data, o.eval_all_devices);
+    log.end_epoch(record);
+  }
+}
+
+void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+               const ResnetOptions& ro) {
+  const int k = devices.size(), n = o.batch_size;
+  if (n > data.train.count)
+    throw mgpu::Error("--dump-step: --batch-size " + std::to_string(n) + " is more than the " +
+                      std::to_string(data.train.count) + " training images");
+  dp::check_batches_fit(n, n, k);
+  const Network net(ro.width);
+  use_tf32(devices, ro.tf32);
+  const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
+  const std::vector<int> sizes = dp::shard_sizes(n, k);
+  std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
+  Collectives collectives(devices, ro.collective,
+                          std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
+  Devices s{net, replicas, ro.bn, collectives.function()};
+  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
+
+  split_batch(train_data, 0, n, replicas);
+  for (Replica& r : replicas) r.grads.zero();
+  forward(s, /*training=*/true);
+  loss(s, /*with_gradient=*/true);
+  backward(s);
+  std::vector<float*> grads;
+  for (Replica& r : replicas) grads.push_back(r.grads.data());
+  s.allreduce(grads, mgpu::Elements{std::size_t(net.param_floats)});
+  devices.synchronize();
+
+  const std::filesystem::path dir = ro.dump_step;
+  std::filesystem::create_directories(dir);
+  write_tensors(net, net.params, params, dir / "params");
+  write_tensors(net, net.state, state, dir / "state");
+  write_tensors(net, net.state, replicas[0].state.download(), dir / "state_after");
+  write_tensors(net, net.params, replicas[0].grads.download(), dir / "grads", 1.0f / n);  // of the mean loss
+  // The batch, the logits [n][10] (from each device's [10][n_i]) and the mean loss.
+  const std::size_t pixels = std::size_t(n) * 28 * 28;
+  write_floats(dir / "images.f32", std::vector<float>(data.train.pixels.begin(), data.train.pixels.begin() + pixels));
+  {
+    std::ofstream labels(dir / "labels.i32", std::ios::binary);
+    labels.write(reinterpret_cast<const char*>(data.train.labels.data()), std::streamsize(n * sizeof(std::int32_t)));
+    if (!labels) throw mgpu::Error("cannot write " + (dir / "labels.i32").string());
+  }
+  std::vector<float> logits;
+  double loss_sum = 0;
+  for (Replica& r : replicas) {
+    const std::vector<float> z = r.logits.download(), l = r.loss.download();  // [10][capacity], [capacity]
+    for (int b = 0; b < r.n; ++b) {
+      for (int c = 0; c < 10; ++c) logits.push_back(z[std::size_t(c) * r.n + b]);
+      loss_sum += l[b];
+    }
+  }
+  write_floats(dir / "logits.f32", logits);
+  write_floats(dir / "loss.f32", {float(loss_sum / n)});
+  std::ofstream meta(dir / "meta.txt");
+  meta << "width=" << ro.width << "\ndevices=" << k << "\nbn=" << name_of(ro.bn) << "\nbatch=" << n << "\nshards=";
+  for (int i = 0; i < k; ++i) meta << (i ? "," : "") << sizes[i];
+  meta << "\nmomentum=" << kBatchNormMomentum << "\neps=" << kBatchNormEps << "\ntf32=" << (ro.tf32 ? "on" : "off")
+       << "\nbackend=" << mgpu::kBackendName << "\n";
+  if (!meta) throw mgpu::Error("cannot write " + (dir / "meta.txt").string());
+  std::printf("wrote one training step of %d images on %d device(s), BatchNorm %s, to %s\n"
+              "check it: /usr/bin/python3 chapters/09_resnet/crosscheck.py %s\n",
+              n, k, name_of(ro.bn).c_str(), dir.string().c_str(), dir.string().c_str());
+}
+
+}  // namespace resnet

@@ -1,0 +1,48 @@
+// d2l 13.6's train(net, num_gpus, batch_size, lr) for the scratch ResNet-18: data parallel on k
+// devices with chapter 02's way of splitting a batch, a collective of chapters 02-04 for the
+// gradients (and for SyncBN's sums), and one SGD step on every device.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/device.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
+#include "resnet.h"
+
+namespace resnet {
+
+// Which collective sums across devices:
+//   Ring   chapter 03's ring (every backend)
+//   Naive  chapter 02's: everything through device 0
+//   Nccl   chapter 04's ncclAllReduce (the cuda build with NCCL, one device per GPU)
+enum class Collective { Ring, Naive, Nccl };
+std::string name_of(Collective c);
+std::string name_of(BatchNormMode m);
+
+// This chapter's own flags, beside the shared ones.
+struct ResnetOptions {
+  int width = 64;
+  BatchNormMode bn = BatchNormMode::PerDevice;
+  Collective collective = Collective::Ring;
+  bool collective_given = false;  // --allreduce given (else: NCCL where it can run, the ring elsewhere)
+  bool tf32 = false;              // cuBLAS's TF32 tensor-core GEMMs (cuda build)
+  std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py
+};
+mgpu::FlagTable resnet_flags(ResnetOptions& ro);
+extern const char* const kResnetUsage;
+// The collective this machine will use: the one asked for, or the default; refuses NCCL where
+// it cannot run (returns the reason; empty: fine).
+std::string resolve_collective(ResnetOptions& ro, int devices);
+
+// Trains from init_params(o.seed) on `devices`; prints one line per epoch into `log`.
+void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+           const ResnetOptions& ro, mgpu::TrainingLog& log);
+
+// One training step on the first o.batch_size training images (in order, no shuffle), split over
+// the devices, written to ro.dump_step in PyTorch's layouts for crosscheck.py (see README).
+void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+               const ResnetOptions& ro);
+
+}  // namespace resnet

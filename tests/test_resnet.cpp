@@ -1,0 +1,344 @@
+// Chapter 09's network (chapters/09_resnet/resnet.h), assembled from layers that
+// test_resnet_layers.cpp checks one by one. Here: the structure is d2l's, the whole backward
+// pass is the derivative of the whole forward pass, and the property that defines each way of
+// running BatchNorm on k devices:
+//   SyncBN     k devices compute what ONE device computes on the whole batch
+//   per device the gradient is the sum of k independent one-device gradients, one per shard
+// and evaluation mode normalizes each image on its own (running statistics), so an image's
+// logits do not depend on the batch it comes in.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chapters/03_ring_allreduce/ring.h"
+#include "chapters/09_resnet/resnet.h"
+#include "common/device.h"
+#include "common/random.h"
+#include "helpers.h"
+
+namespace {
+
+using resnet::BatchNormMode;
+using resnet::Network;
+using resnet::Replica;
+
+// n random images [n][28][28] with pixels in [0, 1), and labels, on the host.
+struct HostBatch {
+  std::vector<float> pixels;
+  std::vector<std::int32_t> labels;
+  int n;
+};
+HostBatch random_batch(int n, std::uint64_t seed) {
+  mgpu::Rng rng(seed);
+  const mgpu::LabeledImages set = testing::random_set(n, rng);
+  return {set.pixels, set.labels, n};
+}
+
+// k replicas of a width-w network from init_params(seed), with chapter 03's ring between them.
+struct Model {
+  Model(int k, int width, int capacity, BatchNormMode bn, std::uint64_t seed = 7)
+      : devices(k), net(width), ring(devices, std::max<std::size_t>(net.param_floats, 2 * net.max_channels)) {
+    params = resnet::init_params(net, seed);
+    state = resnet::init_state(net);
+    for (int i = 0; i < k; ++i) {
+      replicas.emplace_back(devices[i], net, capacity);
+      replicas.back().params.upload(params);
+      replicas.back().state.upload(state);
+    }
+    mode = bn;
+  }
+  // Every convolution's weights times `factor`, on every device. BatchNorm after each makes the
+  // loss blind to their scale, but the gradient scales by 1 / factor and a finite difference of
+  // a fixed step sees a function that is smoother at larger weights.
+  void scale_conv_weights(float factor) {
+    for (const resnet::Conv* c : net.convs()) {
+      const resnet::TensorInfo& w = net.params[c->weight];
+      for (std::int64_t i = 0; i < w.count; ++i) params[w.offset + i] *= factor;
+    }
+    for (Replica& r : replicas) r.params.upload(params);
+  }
+  resnet::Devices lockstep() {
+    return {net, replicas, mode, [this](const std::vector<float*>& data, mgpu::Elements n) { ring.run(data, n); }};
+  }
+  // Shards of `b`: sizes[i] images to device i, in order.
+  void load(const HostBatch& b, const std::vector<int>& sizes) {
+    int start = 0;
+    for (std::size_t i = 0; i < replicas.size(); ++i) {
+      Replica& r = replicas[i];
+      r.shard.x.upload(b.pixels.data() + std::size_t(start) * 28 * 28, std::size_t(sizes[i]) * 28 * 28);
+      r.shard.y.upload(b.labels.data() + start, sizes[i]);
+      r.x = r.shard.x.data(), r.labels = r.shard.y.data(), r.n = sizes[i];
+      start += sizes[i];
+    }
+  }
+  // Forward, loss and backward of the loaded batch; the gradients of the summed loss summed over
+  // the devices (the allreduce); returns device 0's.
+  std::vector<float> gradient() {
+    resnet::Devices s = lockstep();
+    for (Replica& r : replicas) r.grads.zero();
+    resnet::forward(s, true);
+    resnet::loss(s, true);
+    resnet::backward(s);
+    std::vector<float*> grads;
+    for (Replica& r : replicas) grads.push_back(r.grads.data());
+    s.allreduce(grads, mgpu::Elements{std::size_t(net.param_floats)});
+    return replicas[0].grads.download();
+  }
+  // The summed loss of the loaded batch in training mode, in double.
+  double summed_loss() {
+    resnet::Devices s = lockstep();
+    resnet::forward(s, true);
+    resnet::loss(s, false);
+    double sum = 0;
+    for (Replica& r : replicas) {
+      const std::vector<float> l = r.loss.download();
+      for (int i = 0; i < r.n; ++i) sum += l[i];
+    }
+    return sum;
+  }
+  mgpu::DeviceSet devices;
+  Network net;
+  ring::RingAllreduce ring;
+  std::vector<float> params, state;
+  std::vector<Replica> replicas;
+  BatchNormMode mode;
+};
+
+// The biases of convolutions that a BatchNorm follows: their gradient is zero up to rounding
+// (see "a bias right before a BatchNorm"), so comparing it says nothing.
+bool feeds_batch_norm(const std::string& name) {
+  return name == "0.bias" || name.find("conv1.bias") != std::string::npos ||
+         name.find("conv2.bias") != std::string::npos;
+}
+
+constexpr double kFiniteStep = 1e-3;
+
+// got vs want, tensor by tensor of the network's table: within rtol of the tensor's largest
+// |value| (sums in a different order differ by rounding, scaled by the tensor's size).
+void check_tensors_close(const Network& net, const std::vector<resnet::TensorInfo>& table,
+                         const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                         const std::string& what) {
+  for (const resnet::TensorInfo& t : table) {
+    if (feeds_batch_norm(t.name)) continue;
+    std::vector<float> g(got.begin() + t.offset, got.begin() + t.offset + t.count);
+    ref::Tensor w(want.begin() + t.offset, want.begin() + t.offset + t.count);
+    testing::check_close(g, w, rtol, what + " " + t.name);
+  }
+  (void)net;
+}
+
+// The largest difference between two flat tensors, relative to want's largest |value|.
+double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, double(std::abs(got[i] - want[i])));
+    scale = std::max(scale, double(std::abs(want[i])));
+  }
+  return diff / scale;
+}
+
+}  // namespace
+
+TEST_CASE("structure: d2l's ResNet-18 at width 64 has 11,175,818 parameters, in PyTorch's names and order") {
+  // By hand: stem conv 64*9 + 64 and BN 2*64: 768. Stage 1: two blocks of two 64->64 3x3 convs
+  // (36,928 each) and two BNs (128 each): 148,224. Stage 2: conv1 73,856, conv2 147,584, the
+  // projection 8,320, BNs 512; then a block of 2 x 147,584 + 512: 525,952. Stage 3: 295,168 +
+  // 590,080 + 33,024 + 1,024 + (2 x 590,080 + 1,024) = 2,100,480. Stage 4: 1,180,160 + 2,359,808 +
+  // 131,584 + 2,048 + (2 x 2,359,808 + 2,048) = 8,395,264. Dense 512*10 + 10: 5,130.
+  const Network net(64);
+  CHECK(net.parameter_count() == 11'175'818);
+  CHECK(net.conv_count == 1 + 8 * 2 + 3);  // stem, two per block, three projections
+  CHECK(net.bn_count == 1 + 8 * 2);
+  CHECK(net.params.front().name == "0.weight");
+  CHECK(net.params[2].name == "1.weight");  // the stem's BatchNorm: PyTorch calls gamma "weight"
+  CHECK(net.params.back().name == "fc.1.bias");
+  // A projection block registers conv1, conv2, conv3, bn1, bn2, as PyTorch's Residual does.
+  std::vector<std::string> block2;
+  for (const resnet::TensorInfo& t : net.params)
+    if (t.name.rfind("resnet_block2.0.", 0) == 0) block2.push_back(t.name.substr(16));
+  CHECK(block2 == std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "conv3.weight",
+                                           "conv3.bias", "bn1.weight", "bn1.bias", "bn2.weight", "bn2.bias"});
+  // Sides 28, 14, 7, 4 and channels 64..512; every tensor starts aligned.
+  CHECK(net.blocks[1].bn2.side == 28);
+  CHECK(net.blocks[2].conv1.out_side == 14);
+  CHECK(net.blocks[4].conv3.out_side == 7);
+  CHECK(net.blocks[7].bn2.side == 4);
+  CHECK(net.features == 512);
+  for (const resnet::TensorInfo& t : net.params) CHECK(t.offset % resnet::kAlignment == 0);
+  // 2.7 GFLOP per training image, the figure the chapter's time estimates rest on.
+  CHECK(net.training_flops_per_image() == doctest::Approx(2.73e9).epsilon(0.02));
+}
+
+TEST_CASE("init: d2l's init_weights: weights N(0, 0.01^2), biases U(+-1/sqrt(fan_in)), gamma 1, beta 0") {
+  const Network net(8);
+  const std::vector<float> p = resnet::init_params(net, 3);
+  for (const resnet::TensorInfo& t : net.params) {
+    CAPTURE(t.name);
+    double sum = 0, sum_sq = 0, largest = 0;
+    for (std::int64_t i = 0; i < t.count; ++i) {
+      const double v = p[t.offset + i];
+      sum += v, sum_sq += v * v, largest = std::max(largest, std::abs(v));
+    }
+    const bool batch_norm = t.name.find(".bn") != std::string::npos || t.name.rfind("1.", 0) == 0;
+    if (batch_norm && t.name.find("weight") != std::string::npos) {
+      CHECK(sum == t.count);  // gamma: all ones
+    } else if (batch_norm) {
+      CHECK(largest == 0);  // beta: all zeros
+    } else if (t.name.find("weight") != std::string::npos) {
+      CHECK(std::sqrt(sum_sq / t.count) == doctest::Approx(0.01).epsilon(t.count > 1000 ? 0.05 : 0.5));
+    } else {  // a bias: uniform within 1/sqrt(fan_in) (the fan-in of the weight just before it)
+      const resnet::TensorInfo& w = *(&t - 1);
+      const double bound = 1.0 / std::sqrt(double(w.count / w.shape[t.name == "fc.1.bias" ? 1 : 0]));
+      CHECK(largest <= bound);
+      CHECK(largest > 0.3 * bound);
+    }
+  }
+}
+
+TEST_CASE("backward: the whole network's gradient against finite differences of its loss") {
+  // Width 2 and four images keep it small; every tensor is probed at its largest gradient. The
+  // loss is computed in float, so the step must stand out of its rounding, and the function must
+  // be smooth on the step's scale: d2l's weights of 0.01 are not (a step of 0.001 is a tenth of
+  // one, and BatchNorm divides by their spread), so the convolutions' weights are scaled up 30
+  // times first. Even so the stem, whose BatchNorm sees 2 channels of 4 random images, bends
+  // within a step of 0.01 (its difference quotient moves 0.15 -> 0.26 -> 0.38 -> 0.44 as the
+  // step shrinks 0.03 -> 0.001, towards the 0.42 computed): 0.001 and 10% agreement is what float
+  // allows here. An error in the backward pass (a wrong sum, a missing path through the mean or
+  // the shortcut) is off by far more.
+  Model m(1, 2, 4, BatchNormMode::PerDevice);
+  m.scale_conv_weights(30.0f);
+  m.load(random_batch(4, 11), {4});
+  const std::vector<float> grad = m.gradient();
+  int probed = 0;
+  for (const resnet::TensorInfo& t : m.net.params) {
+    CAPTURE(t.name);
+    if (feeds_batch_norm(t.name)) continue;
+    std::int64_t at = t.offset;  // the element with the largest |gradient|
+    for (std::int64_t i = t.offset; i < t.offset + t.count; ++i)
+      if (std::abs(grad[i]) > std::abs(grad[at])) at = i;
+    const double eps = kFiniteStep;
+    std::vector<float> p = m.params;
+    p[at] += float(eps);
+    m.replicas[0].params.upload(p);
+    const double up = m.summed_loss();
+    p[at] -= float(2 * eps);
+    m.replicas[0].params.upload(p);
+    const double down = m.summed_loss();
+    const double numeric = (up - down) / (2 * eps);
+    CHECK(grad[at] == doctest::Approx(numeric).epsilon(0.1));
+    ++probed;
+  }
+  CHECK(probed == int(m.net.params.size()) - 17);  // every tensor but the 17 biases before a BatchNorm
+}
+
+TEST_CASE("backward: a bias right before a BatchNorm gets no gradient (the mean takes it away)") {
+  Model m(1, 4, 5, BatchNormMode::PerDevice);
+  m.load(random_batch(5, 2), {5});
+  const std::vector<float> grad = m.gradient();
+  double conv_bias = 0, conv_weight = 0;
+  for (const resnet::Conv* c : m.net.convs()) {
+    if (c->id != m.net.stem.id && !std::string(m.net.params[c->weight].name).empty()) {
+      const resnet::TensorInfo& b = m.net.params[c->bias];
+      const resnet::TensorInfo& w = m.net.params[c->weight];
+      if (b.name.find("conv3") != std::string::npos) continue;  // the projection feeds the sum, not a BN
+      for (std::int64_t i = 0; i < b.count; ++i) conv_bias = std::max(conv_bias, double(std::abs(grad[b.offset + i])));
+      for (std::int64_t i = 0; i < w.count; ++i) conv_weight = std::max(conv_weight, double(std::abs(grad[w.offset + i])));
+    }
+  }
+  CHECK(conv_weight > 1e-2);
+  CHECK(conv_bias < 1e-4 * conv_weight);
+}
+
+TEST_CASE("SyncBN: k devices compute the gradient and the running statistics of one device on the whole batch") {
+  const HostBatch b = random_batch(7, 5);
+  Model one(1, 4, 7, BatchNormMode::Sync);
+  one.load(b, {7});
+  const std::vector<float> want = one.gradient();
+  const std::vector<float> want_state = one.replicas[0].state.download();
+  for (const std::vector<int>& sizes : {std::vector<int>{4, 3}, std::vector<int>{3, 2, 2}}) {
+    const int k = static_cast<int>(sizes.size());
+    CAPTURE(k);
+    Model many(k, 4, sizes[0], BatchNormMode::Sync);
+    many.load(b, sizes);
+    const std::vector<float> got = many.gradient();
+    check_tensors_close(many.net, many.net.params, got, want, 1e-4, "gradient");
+    for (int i = 0; i < k; ++i)
+      check_tensors_close(many.net, many.net.state, many.replicas[i].state.download(), want_state, 1e-5,
+                          "device " + std::to_string(i) + " running statistic");
+  }
+}
+
+TEST_CASE("per-device BatchNorm: the gradient is the sum of one-device gradients of each shard, not the whole batch's") {
+  const HostBatch b = random_batch(6, 9);
+  const HostBatch first{{b.pixels.begin(), b.pixels.begin() + 4 * 784}, {b.labels.begin(), b.labels.begin() + 4}, 4};
+  const HostBatch second{{b.pixels.begin() + 4 * 784, b.pixels.end()}, {b.labels.begin() + 4, b.labels.end()}, 2};
+  Model alone(1, 4, 4, BatchNormMode::PerDevice);
+  alone.load(first, {4});
+  std::vector<float> want = alone.gradient();
+  const std::vector<float> device0_state = alone.replicas[0].state.download();
+  alone.load(second, {2});
+  const std::vector<float> g2 = alone.gradient();
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] += g2[i];
+
+  Model two(2, 4, 4, BatchNormMode::PerDevice);
+  two.load(b, {4, 2});
+  const std::vector<float> got = two.gradient();
+  check_tensors_close(two.net, two.net.params, got, want, 1e-5, "gradient");
+  // Device 0's running statistics saw its own shard only.
+  check_tensors_close(two.net, two.net.state, two.replicas[0].state.download(), device0_state, 1e-6, "running statistic");
+
+  // And it is a different computation from SyncBN's: the shards' statistics differ.
+  Model whole(1, 4, 6, BatchNormMode::PerDevice);
+  whole.load(b, {6});
+  CHECK(relative_difference(got, whole.gradient()) > 1e-2);
+}
+
+TEST_CASE("evaluation mode: an image's logits do not depend on the batch it comes in; in training mode they do") {
+  Model m(1, 4, 6, BatchNormMode::PerDevice);
+  const HostBatch b = random_batch(6, 21);
+  // Running statistics that are not the initial ones: one training pass moves them.
+  m.load(b, {6});
+  m.gradient();
+  auto logits_of_first = [&](int n, bool training) {
+    const HostBatch part{{b.pixels.begin(), b.pixels.begin() + std::size_t(n) * 784},
+                         {b.labels.begin(), b.labels.begin() + n}, n};
+    m.load(part, {n});
+    resnet::Devices s = m.lockstep();
+    resnet::forward(s, training);
+    const std::vector<float> z = m.replicas[0].logits.download();  // [10][n]
+    std::vector<float> first(10);
+    for (int c = 0; c < 10; ++c) first[c] = z[std::size_t(c) * n];
+    return first;
+  };
+  const std::vector<float> alone = logits_of_first(2, false), in_batch = logits_of_first(6, false);
+  for (int c = 0; c < 10; ++c) CHECK(alone[c] == doctest::Approx(in_batch[c]).epsilon(1e-5));
+  const std::vector<float> train_alone = logits_of_first(2, true), train_batch = logits_of_first(6, true);
+  double differs = 0;
+  for (int c = 0; c < 10; ++c) differs = std::max(differs, double(std::abs(train_alone[c] - train_batch[c])));
+  CHECK(differs > 1e-4);
+}
+
+TEST_CASE("training: three SGD steps with SyncBN on 2 devices follow one device's parameters") {
+  // From d2l's 0.01 weights the first step is violent (BatchNorm divides the gradient by the
+  // small spread those weights give, so the step is far larger than the weights), and a rounding
+  // difference of 1e-6 after one step grows to 1e-2 after three. With the convolutions' weights
+  // scaled up, as in the finite-difference test, both runs stay within 1e-7 of each other.
+  const HostBatch b = random_batch(8, 31);
+  Model one(1, 2, 8, BatchNormMode::Sync), two(2, 2, 4, BatchNormMode::Sync);
+  one.scale_conv_weights(30.0f), two.scale_conv_weights(30.0f);
+  for (int step = 0; step < 3; ++step) {
+    for (Model* m : {&one, &two}) {
+      m->load(b, m->replicas.size() == 1 ? std::vector<int>{8} : std::vector<int>{4, 4});
+      m->gradient();
+      for (Replica& r : m->replicas)
+        lenet::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
+    }
+  }
+  const std::vector<float> got = two.replicas[1].params.download(), want = one.replicas[0].params.download();
+  CHECK(relative_difference(got, want) < 1e-4);
+  CHECK(relative_difference(want, one.params) > 1e-3);  // the parameters did move
+}
+
