@@ -104,7 +104,8 @@ TEST_CASE("the repository's markers are all well-formed, and mark exactly the gr
       "ex02.train_batch",      "ex03.reduce_scatter", "ex03.all_gather",      "ex04.group_calls",
       "ex05.sampler",          "ex05.atomic_write",   "ex06.to_bf16",          "ex06.loss_scaler_update",
       "ex06.accumulate",       "ex07.send_activations", "ex07.schedules",     "ex07.bubble",
-      "ex08.pull",             "ex08.apply_push",     "ex08.ssp_clock"};
+      "ex08.pull",             "ex08.apply_push",     "ex08.ssp_clock",        "ex09.batch_norm_backward",
+      "ex09.sync_batch_norm"};
   namespace fs = std::filesystem;
   std::set<std::string> marked;
   const fs::path root = MGPU_SOURCE_DIR;

@@ -52,8 +52,13 @@ struct Im2col {
         for (int ox = x0; ox < x1; ++ox) out[ox] = 0.0f;
         return;
       }
-      const float* in = plane + y * W;  // = &x[c][b][y][0]
-      for (int ox = x0; ox < x1; ++ox) out[ox] = ox >= lo && ox < hi ? in[ox * s + kx - p] : 0.0f;
+      const float* in = plane + y * W;  // in[ox*s + kx - p] = x[c][b][y][ox*s + kx - p], for lo <= ox < hi
+      // Three plain loops (padding, image, padding) rather than one with a choice per element:
+      // the middle one is a copy the compiler vectorizes (a contiguous one when s == 1).
+      const int a = x0 > lo ? x0 : lo, e = x1 < hi ? x1 : hi;
+      for (int ox = x0; ox < (a < x1 ? a : x1); ++ox) out[ox] = 0.0f;
+      for (int ox = a; ox < e; ++ox) out[ox] = in[ox * s + kx - p];
+      for (int ox = (e > a ? e : a); ox < x1; ++ox) out[ox] = 0.0f;
     });
   }
 };
@@ -78,10 +83,11 @@ struct Col2im {
         if (oy_s < 0 || oy_s % s != 0 || oy_s / s >= Ho) continue;
         for (int kx = 0; kx < k; ++kx) {
           const float* row = col + ((((c * k + ky) * k + kx) * B + b) * Ho + oy_s / s) * Wo;  // = &col[r][b][oy][0]
-          // x = ox*s + kx - p for ox = 0 .. Wo-1: the first such x >= x0, then every s-th.
-          int x = kx - p;
-          if (x < x0) x += ceil_div(x0 - x, s) * s;
-          for (; x < x1 && x <= (Wo - 1) * s + kx - p; x += s) out[x] += row[(x + p - kx) / s];
+          // The window columns ox whose pixel x = ox*s + kx - p lies in [x0, x1): [lo, hi).
+          const int lo = x0 + p - kx > 0 ? ceil_div(x0 + p - kx, s) : 0;
+          const int hi_raw = x1 + p - kx > 0 ? ceil_div(x1 + p - kx, s) : 0;
+          const int hi = hi_raw < Wo ? hi_raw : Wo;
+          for (int ox = lo; ox < hi; ++ox) out[ox * s + kx - p] += row[ox];
         }
       }
     });

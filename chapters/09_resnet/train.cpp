@@ -188,6 +188,8 @@ const char* const kResnetUsage =
     "                     nccl in a cuda build with NCCL and one GPU per device, else ring)\n"
     "  --tf32 on|off      cuda build: GEMMs on TF32 tensor cores (default off); the cpu build\n"
     "                     computes in fp32 either way\n"
+    "  --profile on|off   before training, time one step kernel by kernel on device 0 and\n"
+    "                     print the table (default off)\n"
     "  --dump-step DIR    run one training step on the first --batch-size images, write its\n"
     "                     tensors to DIR for crosscheck.py, and stop\n";
 
@@ -215,13 +217,20 @@ mgpu::FlagTable resnet_flags(ResnetOptions& ro) {
          ro.tf32 = v == "on";
          return "";
        }},
+      {"--profile",
+       [&ro](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+         ro.profile = v == "on";
+         return "";
+       }},
       {"--dump-step", mgpu::text_flag(ro.dump_step, "a directory")},
   };
 }
 
 std::string resolve_collective(ResnetOptions& ro, int devices) {
 #if MGPU_HAVE_NCCL
-  const bool nccl_fits = nccl::usable_devices(devices) == devices;  // one GPU per device
+  // One GPU per device; with one device there is nothing to sum, and the ring's run returns at once.
+  const bool nccl_fits = devices > 1 && nccl::usable_devices(devices) == devices;
   const char* why_not = "--allreduce nccl needs one GPU per device (NCCL refuses two ranks on one GPU): use --allreduce ring";
 #else
   (void)devices;
@@ -273,6 +282,31 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
     record.test_acc = evaluate_accuracy(s, test_data, o.eval_all_devices);
     log.end_epoch(record);
   }
+}
+
+StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                         const ResnetOptions& ro) {
+  const int k = devices.size(), n = std::min(o.batch_size, data.train.count);
+  dp::check_batches_fit(n, n, k);
+  const Network net(ro.width);
+  use_tf32(devices, ro.tf32);
+  std::vector<Replica> replicas =
+      make_replicas(devices, net, dp::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
+  Collectives collectives(devices, ro.collective,
+                          std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
+  Devices s{net, replicas, ro.bn, collectives.function()};
+  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
+  train_batch(s, train_data, 0, n, o.lr);  // the first step pays one-time costs: not timed
+  devices.synchronize();
+  StepProfile result;
+  const double start = mgpu::steady_seconds();
+  train_batch(s, train_data, 0, n, o.lr);
+  devices.synchronize();
+  result.wall_seconds = mgpu::steady_seconds() - start;
+  mgpu::KernelProfile profile(devices[0]);
+  train_batch(s, train_data, 0, n, o.lr);
+  result.kernels = profile.table();
+  return result;
 }
 
 void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,

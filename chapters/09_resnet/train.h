@@ -8,6 +8,7 @@
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
+#include "common/profile.h"
 #include "common/report.h"
 #include "resnet.h"
 
@@ -29,6 +30,7 @@ struct ResnetOptions {
   bool collective_given = false;  // --allreduce given (else: NCCL where it can run, the ring elsewhere)
   bool tf32 = false;              // cuBLAS's TF32 tensor-core GEMMs (cuda build)
   std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py
+  bool profile = false;           // --profile on: one step, kernel by kernel, before training
 };
 mgpu::FlagTable resnet_flags(ResnetOptions& ro);
 extern const char* const kResnetUsage;
@@ -39,6 +41,15 @@ std::string resolve_collective(ResnetOptions& ro, int devices);
 // Trains from init_params(o.seed) on `devices`; prints one line per epoch into `log`.
 void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
            const ResnetOptions& ro, mgpu::TrainingLog& log);
+
+// Device 0's kernels during one training step on the first batch (after one untimed step that
+// warms up), as common/profile.h tables them; and the step's wall time without the profile.
+struct StepProfile {
+  std::vector<mgpu::KernelStats> kernels;
+  double wall_seconds = 0;
+};
+StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
+                         const ResnetOptions& ro);
 
 // One training step on the first o.batch_size training images (in order, no shuffle), split over
 // the devices, written to ro.dump_step in PyTorch's layouts for crosscheck.py (see README).

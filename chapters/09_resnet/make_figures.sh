@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Chapter 09's results, each from one command, with the logs and CSVs behind every figure and a
+# stamp of the machine (tools/machine_stamp.sh):
+#
+#   d2l     d2l 13.6's table: one device with batch 256 at lr 0.1, then two devices with batch 512
+#           at lr 0.2, BatchNorm per device (d2l's DataParallel) and synchronized (SyncBN); test
+#           accuracy and time per epoch of the three, one plot, and the table as CSV.
+#   syncbn  where per-device statistics hurt: a batch of 64 on 4 devices (16 images a device)
+#           with BatchNorm per device and with SyncBN, beside the same batch of 64 on one device
+#           (which SyncBN computes exactly, up to rounding).
+#
+# On a GPU (cuda build) the runs are d2l's full recipe: width 64, all 60,000 images, 10 epochs.
+# The cpu backend does 2.7 GFLOP per image at width 64, about 2 hours an epoch on 2 cores, so
+# there the runs are a documented subset: --width 16 (a sixteenth of the work) on the first
+# 10,000 images, 10 epochs (syncbn: 5).
+#
+# Usage (from anywhere, after building):
+#   chapters/09_resnet/make_figures.sh [--build DIR] [--out DIR] [--quick] d2l|syncbn|all
+# Default build folder build/, default output this chapter's figures/. --quick: tiny runs, to
+# see that everything works. Takes (cpu backend, 2 cores): d2l about 30 minutes, syncbn about
+# 25; run nothing else meanwhile.
+set -euo pipefail
+source "$(dirname "$0")/../../tools/figures_common.sh"
+figures_parse "d2l|syncbn" "$@"
+require_programs 09_resnet
+program=$build/bin/09_resnet
+
+run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log (CSVs in $runs/NAME/)
+  local name=$1; shift
+  echo "== 09_resnet $*"
+  "$program" --progress off --out "$runs/$name" "$@" >"$runs/$name.log" 2>&1 || { cat "$runs/$name.log"; exit 1; }
+  grep '^result:' "$runs/$name.log"
+}
+
+# The settings every run shares on this machine's backend: the full recipe on a GPU, the
+# subset on a CPU; tiny with --quick. (The backend: from the first line of a one-image step.)
+"$program" --limit-train 1 --batch-size 1 --width 1 --dump-step "$runs/probe" >"$runs/probe.log" 2>&1 ||
+  { cat "$runs/probe.log"; exit 1; }
+backend=$(backend_of "$runs/probe.log")
+if [ "$quick" = 1 ]; then
+  common=(--width 4 --limit-train 2048 --epochs 2)
+elif [ "$backend" = cuda ]; then
+  common=(--width 64)
+else
+  common=(--width 16 --limit-train 10000)
+fi
+
+# result_field LOG FIELD: FIELD of LOG's result line.
+result_field() {
+  awk -v f="$2" '/^result:/ { for (i = 1; i <= NF; ++i) { split($i, kv, "="); if (kv[1] == f) print kv[2] } }' "$1"
+}
+
+# plot PNG TITLE LABEL RUN [LABEL RUN ...]: test accuracy and seconds per epoch of the runs,
+# whose CSVs are copied beside the plot as <png's name>_<run>.csv.
+plot() {
+  local png=$1 title=$2; shift 2
+  local acc="" sec="" sep=""
+  while [ $# -gt 0 ]; do
+    local file; file=$(basename "${png%.png}")_$2.csv
+    cp "$runs/$2"/*.csv "$out/$file"
+    acc+="$sep'$file' using 1:4 with linespoints lw 2 title '$1'"
+    sec+="$sep'$file' using 1:5 with linespoints lw 2 title '$1'"
+    sep=", "
+    shift 2
+  done
+  command -v gnuplot >/dev/null || { echo "warning: gnuplot not found: no $png (the CSVs have the numbers)" >&2; return; }
+  (cd "$out" && gnuplot) <<PLOT
+set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
+set output '$(basename "$png")'
+set datafile separator ','
+set multiplot layout 1,2 title "$title"
+set grid
+set key bottom right
+set xlabel 'epoch'
+set ylabel 'test accuracy'
+set yrange [0:1]
+plot $acc
+set ylabel 'seconds per epoch'
+set yrange [0:*]
+set key top right
+plot $sec
+unset multiplot
+PLOT
+}
+
+d2l() {
+  local epochs=()
+  [ "$quick" = 1 ] || epochs=(--epochs 10)
+  run k1 --devices 1 --batch-size 256 --lr 0.1 "${common[@]}" ${epochs[@]+"${epochs[@]}"}
+  run k2 --devices 2 --batch-size 512 --lr 0.2 "${common[@]}" ${epochs[@]+"${epochs[@]}"}
+  run k2_sync --devices 2 --batch-size 512 --lr 0.2 --bn sync "${common[@]}" ${epochs[@]+"${epochs[@]}"}
+  local w; w=$(sed -n 's/^ResNet-18, width \([0-9]*\).*/\1/p' "$runs/k1.log")
+  local csv=$out/09_d2l_table_$backend.csv
+  {
+    echo "devices,batch,lr,batch_norm,test_acc,sec_per_epoch,samples_per_sec"
+    for run in k1 k2 k2_sync; do
+      local bn=device
+      [ "$run" = k2_sync ] && bn=sync
+      echo "$(result_field "$runs/$run.log" devices),$(result_field "$runs/$run.log" batch),$(result_field "$runs/$run.log" lr),$bn,$(result_field "$runs/$run.log" test_acc),$(result_field "$runs/$run.log" sec_per_epoch),$(result_field "$runs/$run.log" samples_per_sec)"
+    done
+  } >"$csv"
+  cat "$runs/k1.log" "$runs/k2.log" "$runs/k2_sync.log" >"$out/09_d2l_table_$backend.log"
+  plot "$out/09_d2l_table_$backend.png" "09_resnet (width $w) on the $backend backend: d2l 13.6's two recipes" \
+    "1 device, batch 256, lr 0.1" k1 "2 devices, batch 512, lr 0.2, BN per device" k2 \
+    "2 devices, batch 512, lr 0.2, SyncBN" k2_sync
+  stamp "$out/09_d2l_table_$backend.png"
+  echo "wrote $csv, $out/09_d2l_table_$backend.{log,png,stamp.txt}"
+  cat "$csv"
+}
+
+syncbn() {
+  local epochs=()
+  [ "$quick" = 1 ] || epochs=(--epochs 5)
+  local small=(--batch-size 64 --lr 0.05 "${common[@]}" ${epochs[@]+"${epochs[@]}"})
+  run b64_k1 --devices 1 "${small[@]}"
+  run b64_k4 --devices 4 "${small[@]}"
+  run b64_k4_sync --devices 4 --bn sync "${small[@]}"
+  local w; w=$(sed -n 's/^ResNet-18, width \([0-9]*\).*/\1/p' "$runs/b64_k1.log")
+  cat "$runs/b64_k1.log" "$runs/b64_k4.log" "$runs/b64_k4_sync.log" >"$out/09_syncbn_$backend.log"
+  plot "$out/09_syncbn_$backend.png" "09_resnet (width $w) on the $backend backend: batch 64, 16 images per device on 4" \
+    "1 device" b64_k1 "4 devices, BN per device" b64_k4 "4 devices, SyncBN" b64_k4_sync
+  stamp "$out/09_syncbn_$backend.png"
+  echo "wrote $out/09_syncbn_$backend.{log,png,stamp.txt}"
+}
+
+case "$what" in
+  d2l) d2l ;;
+  syncbn) syncbn ;;
+  all) d2l; syncbn ;;
+esac
