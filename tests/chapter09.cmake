@@ -45,3 +45,11 @@ expect_exit(09_resnet profile       0 stdout "device 0's kernels.*Im2col.*withou
 expect_exit(09_resnet dump          0 stdout "wrote one training step of 8 images on 2 device"
             --width 2 --limit-train 64 --batch-size 8 --devices 2 --bn sync
             --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump)
+
+# One training step against PyTorch's (crosscheck.py): skipped where python3-torch is missing,
+# as on CI's machines.
+add_test(NAME 09_resnet_crosscheck_torch
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resnet_crosscheck.sh ${CMAKE_BINARY_DIR}
+                 ${CMAKE_BINARY_DIR}/test-results/09_crosscheck)
+set_tests_properties(09_resnet_crosscheck_torch PROPERTIES LABELS torch SKIP_RETURN_CODE 77
+                     SKIP_REGULAR_EXPRESSION "no GPU answers")

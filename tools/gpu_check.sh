@@ -517,6 +517,12 @@ elif [[ "$quick" == yes ]]; then
   chapter_options=(--epochs 1 --limit-train 1024 --batch-size 64)
   multi_process_options=(--profile-steps 2)
 fi
+# Chapter 09 (ResNet-18) costs 200 times LeNet's work per image: without a GPU it runs at
+# --width 4 (a 256th of the work), on a GPU at d2l's width 64.
+resnet_options=("${chapter_options[@]}")
+if [[ "$mode" != gpu ]]; then
+  resnet_options+=(--width 4)
+fi
 out_for() { printf '%s' "$logs_dir/$1"; }
 
 # How to start chapter 05 under MPI. Open MPI refuses to run as root (containers, CI) unless
@@ -602,6 +608,29 @@ run_chapters() {
         --out "$(out_for "${chapter}_${k}dev_1gpu")"
     done
   done
+
+  # Chapter 09: d2l 13.6's ResNet-18 with its recipe (the program's default lr is 0.1), with one
+  # step's kernel table; TF32 beside fp32; SyncBN on 2 logical devices of one GPU; d2l's 2-GPU
+  # recipe per device and with SyncBN on all GPUs where there are more.
+  run_training 09_resnet_1dev "chapter 09 (ResNet-18) on 1 $where, with one step's kernel table" \
+    "$bin/09_resnet" --devices 1 --profile on "${resnet_options[@]}" --out "$(out_for 09_resnet_1dev)"
+  run_training 09_resnet_1dev_tf32 "chapter 09 on 1 $where, GEMMs on TF32 tensor cores" \
+    "$bin/09_resnet" --devices 1 --tf32 on "${resnet_options[@]}" --out "$(out_for 09_resnet_1dev_tf32)"
+  kernel_table=$(awk '/kernels \(/ { on = 1 } on { print } /the same step without/ { on = 0 }' \
+    "$logs_dir/09_resnet_1dev.log" 2>/dev/null || true)
+  benchmark_sections+=("### 09_resnet_1dev: one training step, kernel by kernel"$'\n\n```\n'"${kernel_table:-(no table: see the log)}"$'\n```')
+  local sync_title="chapter 09, SyncBN on 2 logical devices on GPU $first_gpu"
+  [[ "$mode" == no-gpu ]] && sync_title="chapter 09, SyncBN on 2 logical devices (no GPU)"
+  run_training 09_resnet_2dev_1gpu_sync "$sync_title" "${on_one_gpu[@]}" "$bin/09_resnet" --devices 2 --bn sync \
+    "${resnet_options[@]}" --out "$(out_for 09_resnet_2dev_1gpu_sync)"
+  if [[ "$mode" != no-gpu && "$gpus" -gt 1 ]]; then
+    run_training 09_resnet_all_gpus "chapter 09 on all $gpus GPUs, BatchNorm per device" \
+      "$bin/09_resnet" --devices "$gpus" --batch-size $((256 * gpus)) --lr "$(awk -v k="$gpus" 'BEGIN { print 0.1 * k }')" \
+      "${resnet_options[@]}" --out "$(out_for 09_resnet_all_gpus)"
+    run_training 09_resnet_all_gpus_sync "chapter 09 on all $gpus GPUs, SyncBN" \
+      "$bin/09_resnet" --devices "$gpus" --bn sync --batch-size $((256 * gpus)) \
+      --lr "$(awk -v k="$gpus" 'BEGIN { print 0.1 * k }')" "${resnet_options[@]}" --out "$(out_for 09_resnet_all_gpus_sync)"
+  fi
 
   # Chapter 02's DataParallel-style trainer (one process, everything through device 0), to put
   # beside the DDP-style runs above: on 2 logical devices, and on all GPUs where there are more.

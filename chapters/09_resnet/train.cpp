@@ -350,17 +350,28 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
     labels.write(reinterpret_cast<const char*>(data.train.labels.data()), std::streamsize(n * sizeof(std::int32_t)));
     if (!labels) throw mgpu::Error("cannot write " + (dir / "labels.i32").string());
   }
-  std::vector<float> logits;
+  // Every device's logits [10][n_i], as [n][10].
+  auto all_logits = [&replicas] {
+    std::vector<float> logits;
+    for (Replica& r : replicas) {
+      const std::vector<float> z = r.logits.download();
+      for (int b = 0; b < r.n; ++b)
+        for (int c = 0; c < 10; ++c) logits.push_back(z[std::size_t(c) * r.n + b]);
+    }
+    return logits;
+  };
   double loss_sum = 0;
   for (Replica& r : replicas) {
-    const std::vector<float> z = r.logits.download(), l = r.loss.download();  // [10][capacity], [capacity]
-    for (int b = 0; b < r.n; ++b) {
-      for (int c = 0; c < 10; ++c) logits.push_back(z[std::size_t(c) * r.n + b]);
-      loss_sum += l[b];
-    }
+    const std::vector<float> l = r.loss.download();
+    for (int b = 0; b < r.n; ++b) loss_sum += l[b];
   }
-  write_floats(dir / "logits.f32", logits);
+  write_floats(dir / "logits.f32", all_logits());
   write_floats(dir / "loss.f32", {float(loss_sum / n)});
+  // The same batch in evaluation mode, with device 0's running statistics after the step, as
+  // the test accuracy is computed (the parameters are the step's starting ones: no SGD here).
+  share_running_statistics(replicas);
+  forward(s, /*training=*/false);
+  write_floats(dir / "eval_logits.f32", all_logits());
   std::ofstream meta(dir / "meta.txt");
   meta << "width=" << ro.width << "\ndevices=" << k << "\nbn=" << name_of(ro.bn) << "\nbatch=" << n << "\nshards=";
   for (int i = 0; i < k; ++i) meta << (i ? "," : "") << sizes[i];
