@@ -8,20 +8,22 @@
 #   syncbn  where per-device statistics hurt: a batch of 64 on 4 devices (16 images a device)
 #           with BatchNorm per device and with SyncBN, beside the same batch of 64 on one device
 #           (which SyncBN computes exactly, up to rounding).
+#   twin    d2l's 1-device recipe in C++ and in the PyTorch twin side by side (compare.sh; needs
+#           python3-torch), on the same settings as d2l's first run.
 #
 # On a GPU (cuda build) the runs are d2l's full recipe: width 64, all 60,000 images, 10 epochs.
-# The cpu backend does 2.7 GFLOP per image at width 64, about 2 hours an epoch on 2 cores, so
+# The cpu backend does 2.7 GFLOP per image at width 64, 21 minutes of training an epoch on 2 cores, so
 # there the runs are a documented subset: --width 16 (a sixteenth of the work) on the first
 # 10,000 images, 10 epochs (syncbn: 5).
 #
 # Usage (from anywhere, after building):
-#   chapters/09_resnet/make_figures.sh [--build DIR] [--out DIR] [--quick] d2l|syncbn|all
+#   chapters/09_resnet/make_figures.sh [--build DIR] [--out DIR] [--quick] d2l|syncbn|twin|all
 # Default build folder build/, default output this chapter's figures/. --quick: tiny runs, to
-# see that everything works. Takes (cpu backend, 2 cores): d2l about 30 minutes, syncbn about
-# 25; run nothing else meanwhile.
+# see that everything works. Takes (cpu backend, 2 cores): d2l about 25 minutes, syncbn about
+# 20, twin about 12; run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
-figures_parse "d2l|syncbn" "$@"
+figures_parse "d2l|syncbn|twin" "$@"
 require_programs 09_resnet
 program=$build/bin/09_resnet
 
@@ -50,34 +52,39 @@ result_field() {
   awk -v f="$2" '/^result:/ { for (i = 1; i <= NF; ++i) { split($i, kv, "="); if (kv[1] == f) print kv[2] } }' "$1"
 }
 
-# plot PNG TITLE LABEL RUN [LABEL RUN ...]: test accuracy and seconds per epoch of the runs,
-# whose CSVs are copied beside the plot as <png's name>_<run>.csv.
+# plot PNG TITLE LABEL RUN [LABEL RUN ...]: test accuracy, training loss and seconds per epoch
+# of the runs, whose CSVs are copied beside the plot as <png's name>_<run>.csv.
 plot() {
   local png=$1 title=$2; shift 2
-  local acc="" sec="" sep=""
+  local acc="" loss="" sec="" sep=""
   while [ $# -gt 0 ]; do
     local file; file=$(basename "${png%.png}")_$2.csv
     cp "$runs/$2"/*.csv "$out/$file"
     acc+="$sep'$file' using 1:4 with linespoints lw 2 title '$1'"
+    loss+="$sep'$file' using 1:2 with linespoints lw 2 title '$1'"
     sec+="$sep'$file' using 1:5 with linespoints lw 2 title '$1'"
     sep=", "
     shift 2
   done
   command -v gnuplot >/dev/null || { echo "warning: gnuplot not found: no $png (the CSVs have the numbers)" >&2; return; }
   (cd "$out" && gnuplot) <<PLOT
-set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
+set terminal pngcairo size 1400,420 font 'sans,10' noenhanced
 set output '$(basename "$png")'
 set datafile separator ','
-set multiplot layout 1,2 title "$title"
+set multiplot layout 1,3 title "$title"
 set grid
-set key bottom right
 set xlabel 'epoch'
+set xtics 1
+set key bottom right
 set ylabel 'test accuracy'
 set yrange [0:1]
 plot $acc
-set ylabel 'seconds per epoch'
-set yrange [0:*]
 set key top right
+set ylabel 'training loss (mean over the epoch)'
+set yrange [0:*]
+plot $loss
+set key bottom right
+set ylabel 'seconds per epoch'
 plot $sec
 unset multiplot
 PLOT
@@ -123,8 +130,23 @@ syncbn() {
   echo "wrote $out/09_syncbn_$backend.{log,png,stamp.txt}"
 }
 
+twin() {
+  local epochs=()
+  [ "$quick" = 1 ] || epochs=(--epochs 10)
+  (cd "$root" && chapters/09_resnet/compare.sh "$build" -- --out "$runs/twin" \
+    --batch-size 256 --lr 0.1 "${common[@]}" ${epochs[@]+"${epochs[@]}"}) | tee "$runs/twin.log"
+  cp "$runs/twin.log" "$out/09_resnet_vs_torch_$backend.log"
+  cp "$runs/twin/09_resnet_torch.csv" "$out/09_resnet_torch_$backend.csv"
+  if [ -f "$runs/twin/09_resnet_vs_torch.png" ]; then
+    cp "$runs/twin/09_resnet_vs_torch.png" "$out/09_resnet_vs_torch_$backend.png"
+    stamp "$out/09_resnet_vs_torch_$backend.png"
+  fi
+  echo "wrote $out/09_resnet_vs_torch_$backend.{log,png,stamp.txt} and 09_resnet_torch_$backend.csv"
+}
+
 case "$what" in
   d2l) d2l ;;
   syncbn) syncbn ;;
-  all) d2l; syncbn ;;
+  twin) twin ;;
+  all) d2l; syncbn; twin ;;
 esac
