@@ -346,8 +346,10 @@ lines_after() {  # heading log
 
 run_test_suite() {
   local title="the whole test suite (ctest)"
-  local -a ctest=(ctest --test-dir "$build_dir" --output-on-failure -j "$cores" -LE gpu_check)
-  local note="The whole suite but this script's own tests (label \`gpu_check\`); on a GPU machine no test may fail or be skipped."
+  # Left out: this script's own tests (label gpu_check), and those that compare with PyTorch
+  # (label torch: they skip where python3-torch is missing, which says nothing about the GPUs).
+  local -a ctest=(ctest --test-dir "$build_dir" --output-on-failure -j "$cores" -LE '^(gpu_check|torch)$')
+  local note="The whole suite but this script's own tests (label \`gpu_check\`) and the PyTorch comparisons (label \`torch\`); on a GPU machine no test may fail or be skipped."
   if [[ "$mode" == no-gpu ]]; then
     # Without a GPU only a fast subset runs (each program's --help): enough to show that
     # ctest's report is read right; the whole suite is the build's own business. It runs from
@@ -519,9 +521,15 @@ elif [[ "$quick" == yes ]]; then
 fi
 # Chapter 09 (ResNet-18) costs 200 times LeNet's work per image: without a GPU it runs at
 # --width 4 (a 256th of the work), on a GPU at d2l's width 64.
+# Its full recipe runs once (with its kernel table); the other chapter 09 runs take 3 epochs, to
+# keep the whole check within minutes.
 resnet_options=("${chapter_options[@]}")
+resnet_more=("${chapter_options[@]}")
 if [[ "$mode" != gpu ]]; then
   resnet_options+=(--width 4)
+  resnet_more+=(--width 4)
+elif [[ "$quick" != yes ]]; then
+  resnet_more+=(--epochs 3)
 fi
 out_for() { printf '%s' "$logs_dir/$1"; }
 
@@ -615,21 +623,21 @@ run_chapters() {
   run_training 09_resnet_1dev "chapter 09 (ResNet-18) on 1 $where, with one step's kernel table" \
     "$bin/09_resnet" --devices 1 --profile on "${resnet_options[@]}" --out "$(out_for 09_resnet_1dev)"
   run_training 09_resnet_1dev_tf32 "chapter 09 on 1 $where, GEMMs on TF32 tensor cores" \
-    "$bin/09_resnet" --devices 1 --tf32 on "${resnet_options[@]}" --out "$(out_for 09_resnet_1dev_tf32)"
+    "$bin/09_resnet" --devices 1 --tf32 on "${resnet_more[@]}" --out "$(out_for 09_resnet_1dev_tf32)"
   kernel_table=$(awk '/kernels \(/ { on = 1 } on { print } /the same step without/ { on = 0 }' \
     "$logs_dir/09_resnet_1dev.log" 2>/dev/null || true)
   benchmark_sections+=("### 09_resnet_1dev: one training step, kernel by kernel"$'\n\n```\n'"${kernel_table:-(no table: see the log)}"$'\n```')
   local sync_title="chapter 09, SyncBN on 2 logical devices on GPU $first_gpu"
   [[ "$mode" == no-gpu ]] && sync_title="chapter 09, SyncBN on 2 logical devices (no GPU)"
   run_training 09_resnet_2dev_1gpu_sync "$sync_title" "${on_one_gpu[@]}" "$bin/09_resnet" --devices 2 --bn sync \
-    "${resnet_options[@]}" --out "$(out_for 09_resnet_2dev_1gpu_sync)"
+    "${resnet_more[@]}" --out "$(out_for 09_resnet_2dev_1gpu_sync)"
   if [[ "$mode" != no-gpu && "$gpus" -gt 1 ]]; then
     run_training 09_resnet_all_gpus "chapter 09 on all $gpus GPUs, BatchNorm per device" \
       "$bin/09_resnet" --devices "$gpus" --batch-size $((256 * gpus)) --lr "$(awk -v k="$gpus" 'BEGIN { print 0.1 * k }')" \
-      "${resnet_options[@]}" --out "$(out_for 09_resnet_all_gpus)"
+      "${resnet_more[@]}" --out "$(out_for 09_resnet_all_gpus)"
     run_training 09_resnet_all_gpus_sync "chapter 09 on all $gpus GPUs, SyncBN" \
       "$bin/09_resnet" --devices "$gpus" --bn sync --batch-size $((256 * gpus)) \
-      --lr "$(awk -v k="$gpus" 'BEGIN { print 0.1 * k }')" "${resnet_options[@]}" --out "$(out_for 09_resnet_all_gpus_sync)"
+      --lr "$(awk -v k="$gpus" 'BEGIN { print 0.1 * k }')" "${resnet_more[@]}" --out "$(out_for 09_resnet_all_gpus_sync)"
   fi
 
   # Chapter 02's DataParallel-style trainer (one process, everything through device 0), to put
