@@ -23,6 +23,7 @@ gpu_check_expect(help            0 stdout "^usage: gpu_check.sh"                
 gpu_check_expect(unknown_option  2 stderr "unknown option '--bogus'"                  --bogus)
 gpu_check_expect(missing_value   2 stderr "--build-dir needs a value"                  --quick --build-dir)
 gpu_check_expect(option_as_value 2 stderr "--out needs a value, got the option '--quick'" --out --quick)
+gpu_check_expect(only_unknown    2 stderr "--only: 'ten' is neither 'tests' nor a chapter number" --only 01,ten)
 
 # The whole sequence in the cpu build, short (--quick) and without building (--skip-build):
 # it must end with status 0, and its report must hold a row with a test accuracy for every
@@ -30,7 +31,7 @@ gpu_check_expect(option_as_value 2 stderr "--out needs a value, got the option '
 # a GPU validation (gpu_check_run.cmake checks it). In a cuda build without a GPU the programs
 # cannot train at all, so this test is only made for the cpu build.
 if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
-  set(gpu_check_programs 01_lenet,02_data_parallel,03_ring_allreduce)
+  set(gpu_check_programs 01_lenet,02_data_parallel,03_ring_allreduce,06_mixed_precision,07_model_parallel,08_parameter_server,09_resnet)
   if(TARGET 05_multi_process AND MPIEXEC_EXECUTABLE)
     string(APPEND gpu_check_programs ",05_multi_process")
   endif()
@@ -44,6 +45,17 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
   # and would slow the tests that have time limits of their own.
   set_tests_properties(gpu_check_report_without_gpu PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   list(APPEND gpu_check_tests gpu_check_report_without_gpu)
+
+  # --only: the chosen chapter's steps run, no other chapter's, and the verdict still comes.
+  add_test(NAME gpu_check_only_one_chapter
+           COMMAND ${CMAKE_COMMAND} -DSCRIPT=${gpu_check_script}
+                   "-DARGS=--allow-no-gpu --skip-build --quick --only 07 --build-dir ${CMAKE_BINARY_DIR} --out ${gpu_check_out}/only"
+                   -DCODE=0 "-DEXPECT=07_model_parallel_2dev_1gpu_gpipe +PASS.*gpu_check: NOT A GPU VALIDATION"
+                   "-DREJECT=(0[1-689]_[a-z_0-9]+|ctest) +(PASS|FAIL|not run)"
+                   -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(gpu_check_only_one_chapter PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+  list(APPEND gpu_check_tests gpu_check_only_one_chapter)
 endif()
 
 # Without --allow-no-gpu, on a machine where no GPU answers: status 77 and the reason. The

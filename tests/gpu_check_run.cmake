@@ -1,7 +1,7 @@
 # Runs tools/gpu_check.sh where no GPU answers, and checks how it ended and what it wrote.
-#   cmake -DSCRIPT=<gpu_check.sh> -DARGS="<arguments>" -DCODE=<status> [-DEXPECT=<regex>]
+#   cmake -DSCRIPT=<gpu_check.sh> -DARGS="<arguments>" -DCODE=<status> [-DEXPECT=<regex>] [-DREJECT=<regex>]
 #         [-DREPORT=<its report> -DPROGRAMS=<program,program,...>] -P gpu_check_run.cmake
-# EXPECT is matched against stdout and stderr together. With REPORT, the report must exist and
+# EXPECT is matched against stdout and stderr together; REJECT must not match them. With REPORT, the report must exist and
 # hold a training row with a test accuracy for each of PROGRAMS. Without SCRIPT, only the report
 # is checked (to try the checks on a report you changed by hand).
 #
@@ -34,6 +34,9 @@ if(DEFINED SCRIPT)
   endif()
   if(DEFINED EXPECT AND NOT "${out}${err}" MATCHES "${EXPECT}")
     fail("`${SCRIPT} ${ARGS}`: the output should match the regex '${EXPECT}'.")
+  endif()
+  if(DEFINED REJECT AND "${out}${err}" MATCHES "${REJECT}")
+    fail("`${SCRIPT} ${ARGS}`: the output should not match the regex '${REJECT}'.")
   endif()
 endif()
 

@@ -53,6 +53,10 @@ options:
                     machine's GPUs; CMake's CUDAARCHS environment variable works too)
   --quick           short runs (2 epochs on 4096 images, benchmarks up to 1 MiB) instead of
                     d2l's defaults; without a GPU shorter still (1 epoch on 1024 images)
+  --only LIST       only these parts, comma-separated: tests (the test suite) and chapter
+                    numbers (01 to 09: that chapter's runs and benchmark), e.g. --only tests,01,09;
+                    to split the check over several shorter runs (a job's time limit). The build
+                    always comes first (with --skip-build, the one in --build-dir is used)
   --allow-no-gpu    where no GPU answers, run the same steps on the build's own backend (normally
                     cpu) instead of exiting with status 77; GPU-only steps are then "not run".
                     This checks the script, not the GPUs.
@@ -76,6 +80,7 @@ skip_build=no
 quick=no
 allow_no_gpu=no
 cuda_archs=""
+only=""  # the parts to run, ",tests,01,09,"; empty: all of them
 
 # An option that takes a value must have one: not missing, not empty, not another option.
 require_value() {  # option [value]
@@ -94,6 +99,7 @@ parse_command_line() {
       --build-dir) require_value "$@"; build_dir=$2; shift ;;
       --out) require_value "$@"; out_dir=$2; shift ;;
       --cuda-archs) require_value "$@"; cuda_archs=$2; shift ;;
+      --only) require_value "$@"; only=$2; shift ;;
       --skip-build) skip_build=yes ;;
       --quick) quick=yes ;;
       --allow-no-gpu) allow_no_gpu=yes ;;
@@ -101,6 +107,17 @@ parse_command_line() {
     esac
     shift
   done
+  if [[ -n "$only" ]]; then
+    local part
+    local -a parts
+    IFS=',' read -ra parts <<<"$only"
+    for part in "${parts[@]}"; do
+      if [[ "$part" != tests && ! ( "$part" =~ ^[0-9][0-9]$ && -d "$(echo "$repo_root"/chapters/"$part"_*)" ) ]]; then
+        refuse_command_line "--only: '$part' is neither 'tests' nor a chapter number (01 to 09)"
+      fi
+    done
+    only=",$only,"
+  fi
   # The programs run from the repository root (where they find data/), so every path the user
   # gave relative to where they stand is made absolute first.
   build_dir=$(realpath -m -- "$build_dir")
@@ -223,8 +240,22 @@ record_step() {  # name title command outcome exit seconds
   printf '[%6.1f s] %-34s %s (%s s)\n' "$(seconds_since "$check_started")" "$1" "$4" "$6"
 }
 
+# Whether a step is among the parts --only chose: the test suite's step is "ctest", a chapter's
+# steps are named after its number ("09_resnet_1dev", "03_allreduce_bench"), and the others
+# (configure, build) always belong.
+selected() {  # step name
+  local part
+  case "$1" in
+    ctest) part=tests ;;
+    [0-9][0-9]_*) part=${1:0:2} ;;
+    *) return 0 ;;
+  esac
+  [[ -z "$only" || "$only" == *",$part,"* ]]
+}
+
 # A step that is not run, and why (no GPU, one GPU only, --skip-build, ...).
 skip_step() {  # name title reason
+  selected "$1" || return 0
   record_step "$1" "$2" "" "not run: $3" "" "0.0"
 }
 
@@ -345,6 +376,7 @@ lines_after() {  # heading log
 }
 
 run_test_suite() {
+  selected ctest || return 0
   local title="the whole test suite (ctest)"
   # Left out: this script's own tests (label gpu_check), and those that compare with PyTorch
   # (label torch: they skip where python3-torch is missing, which says nothing about the GPUs).
@@ -454,6 +486,7 @@ not_built() {  # program
 run_training() {
   local name=$1 title=$2
   shift 2
+  selected "$name" || return 0
   local program=$1
   # "env CUDA_VISIBLE_DEVICES=0 prog" or "mpirun ... prog": the program is the last word
   # before the options that is a path into the build.
@@ -488,6 +521,7 @@ run_training() {
 run_benchmark() {
   local name=$1 title=$2
   shift 2
+  selected "$name" || return 0
   if [[ ! -x "$1" ]]; then
     record_step "$name" "$title" "$(command_text "$@")" "FAIL: $(not_built "$1")" "" "0.0"
     return
@@ -575,6 +609,15 @@ device_counts_up_to() {
   printf '%s' "${counts%,}"
 }
 
+# The kernel table a run with --profile on printed, from the line matching $2 to the line
+# "the same step without ...", into the report beside the benchmarks (nothing if it did not run).
+add_kernel_table() {  # step regex
+  local log="$logs_dir/$1.log" table
+  [[ -f "$log" ]] || return 0
+  table=$(awk -v start="$2" '$0 ~ start { on = 1 } on { print } /the same step without/ { on = 0 }' "$log")
+  benchmark_sections+=("### $1: one training step, kernel by kernel"$'\n\n```\n'"${table:-(no table: see the log)}"$'\n```')
+}
+
 run_chapters() {
   local bin="$build_dir/bin" gpus=$gpu_count where="GPU"
   if [[ "$mode" == no-gpu ]]; then
@@ -588,10 +631,7 @@ run_chapters() {
     "$bin/01_lenet" --devices 1 --graph off "${chapter_options[@]}" --out "$(out_for 01_lenet_1dev_no_graph)"
   # That table (--profile on: each kernel's calls, time, GFLOP/s or GB/s) goes into the report
   # beside the benchmarks: the figures chapter 01's README asks for on a GPU.
-  local kernel_table
-  kernel_table=$(awk '/kernel by kernel/ { on = 1 } on { print } /the same step without/ { on = 0 }' \
-    "$logs_dir/01_lenet_1dev.log" 2>/dev/null || true)
-  benchmark_sections+=("### 01_lenet_1dev: one training step, kernel by kernel"$'\n\n```\n'"${kernel_table:-(no table: see the log)}"$'\n```')
+  add_kernel_table 01_lenet_1dev 'kernel by kernel'
 
   local chapter
   for chapter in 02_data_parallel 03_ring_allreduce 08_parameter_server; do
@@ -617,6 +657,45 @@ run_chapters() {
     done
   done
 
+  # Chapter 06: LeNet with its GEMMs in reduced precision. TF32 (cuBLAS's tensor-op math) on 1
+  # device; bf16 with 16-bit gradients through the ring, and fp16 with dynamic loss scaling
+  # (skipped steps, the scale combined over the devices), on 2 logical devices of one GPU;
+  # bf16 with the 16-bit NCCL exchange on all GPUs where there are more.
+  run_training 06_mixed_precision_1dev_tf32 "chapter 06 on 1 $where, TF32" \
+    "$bin/06_mixed_precision" --devices 1 --precision tf32 "${chapter_options[@]}" \
+    --out "$(out_for 06_mixed_precision_1dev_tf32)"
+  local precision
+  for precision in bf16 fp16; do
+    local title="chapter 06, $precision on 2 logical devices on GPU $first_gpu"
+    [[ "$mode" == no-gpu ]] && title="chapter 06, $precision on 2 logical devices (no GPU)"
+    run_training "06_mixed_precision_2dev_1gpu_$precision" "$title" "${on_one_gpu[@]}" "$bin/06_mixed_precision" \
+      --devices 2 --precision "$precision" "${chapter_options[@]}" --out "$(out_for "06_mixed_precision_2dev_1gpu_$precision")"
+  done
+  if [[ "$mode" != no-gpu && "$gpus" -gt 1 ]]; then
+    run_training 06_mixed_precision_all_gpus_bf16_nccl "chapter 06, bf16 on all $gpus GPUs, 16-bit NCCL exchange" \
+      "$bin/06_mixed_precision" --devices "$gpus" --precision bf16 --allreduce nccl "${chapter_options[@]}" \
+      --out "$(out_for 06_mixed_precision_all_gpus_bf16_nccl)"
+  fi
+
+  # Chapter 07: LeNet's layers split over devices. GPipe and 1F1B on 2 logical devices of one
+  # GPU, the 2x2 hybrid (2 pipelines of 2 stages) on 4; GPipe over 2 GPUs where there are more.
+  local schedule
+  for schedule in gpipe 1f1b; do
+    local title="chapter 07, $schedule over 2 logical devices on GPU $first_gpu"
+    [[ "$mode" == no-gpu ]] && title="chapter 07, $schedule over 2 logical devices (no GPU)"
+    run_training "07_model_parallel_2dev_1gpu_$schedule" "$title" "${on_one_gpu[@]}" "$bin/07_model_parallel" \
+      --devices 2 --schedule "$schedule" "${chapter_options[@]}" --out "$(out_for "07_model_parallel_2dev_1gpu_$schedule")"
+  done
+  local hybrid_title="chapter 07, 2 pipelines x 2 stages on 4 logical devices on GPU $first_gpu"
+  [[ "$mode" == no-gpu ]] && hybrid_title="chapter 07, 2 pipelines x 2 stages on 4 logical devices (no GPU)"
+  run_training 07_model_parallel_4dev_1gpu_hybrid "$hybrid_title" "${on_one_gpu[@]}" "$bin/07_model_parallel" \
+    --devices 4 --data-parallel 2 "${chapter_options[@]}" --out "$(out_for 07_model_parallel_4dev_1gpu_hybrid)"
+  if [[ "$mode" != no-gpu && "$gpus" -gt 1 ]]; then
+    run_training 07_model_parallel_2gpus_gpipe "chapter 07, GPipe over 2 GPUs" \
+      "$bin/07_model_parallel" --devices 2 --schedule gpipe "${chapter_options[@]}" \
+      --out "$(out_for 07_model_parallel_2gpus_gpipe)"
+  fi
+
   # Chapter 09: d2l 13.6's ResNet-18 with its recipe (the program's default lr is 0.1), with one
   # step's kernel table; TF32 beside fp32; SyncBN on 2 logical devices of one GPU; d2l's 2-GPU
   # recipe per device and with SyncBN on all GPUs where there are more.
@@ -624,9 +703,7 @@ run_chapters() {
     "$bin/09_resnet" --devices 1 --profile on "${resnet_options[@]}" --out "$(out_for 09_resnet_1dev)"
   run_training 09_resnet_1dev_tf32 "chapter 09 on 1 $where, GEMMs on TF32 tensor cores" \
     "$bin/09_resnet" --devices 1 --tf32 on "${resnet_more[@]}" --out "$(out_for 09_resnet_1dev_tf32)"
-  kernel_table=$(awk '/kernels \(/ { on = 1 } on { print } /the same step without/ { on = 0 }' \
-    "$logs_dir/09_resnet_1dev.log" 2>/dev/null || true)
-  benchmark_sections+=("### 09_resnet_1dev: one training step, kernel by kernel"$'\n\n```\n'"${kernel_table:-(no table: see the log)}"$'\n```')
+  add_kernel_table 09_resnet_1dev 'kernels [(]'
   local sync_title="chapter 09, SyncBN on 2 logical devices on GPU $first_gpu"
   [[ "$mode" == no-gpu ]] && sync_title="chapter 09, SyncBN on 2 logical devices (no GPU)"
   run_training 09_resnet_2dev_1gpu_sync "$sync_title" "${on_one_gpu[@]}" "$bin/09_resnet" --devices 2 --bn sync \
@@ -679,7 +756,7 @@ run_chapters() {
       skip_step 05_multi_process_np1 "chapter 05, mpirun -np 1" "$missing"
       skip_step 05_multi_process_np2_1gpu "chapter 05, mpirun -np 2 on one device" "$missing"
     else
-      record_step 05_multi_process "chapter 05 under mpirun" "" "FAIL: $missing" "" "0.0"
+      selected 05 && record_step 05_multi_process "chapter 05 under mpirun" "" "FAIL: $missing" "" "0.0"
     fi
     return
   fi
@@ -816,6 +893,9 @@ verdict() {
     echo "gpu_check: FAIL ($failures of ${#step_names[@]} steps failed)"
   elif [[ "$mode" == no-gpu ]]; then
     echo "gpu_check: NOT A GPU VALIDATION (no GPU: the $ran steps that could run passed, $not_run not run)"
+  elif [[ -n "$only" ]]; then
+    local parts=${only#,}
+    echo "gpu_check: PASS (all $ran steps that ran passed on $gpu_count GPU(s); only the parts ${parts%,} were checked)"
   else
     echo "gpu_check: PASS (all $ran steps that ran passed on $gpu_count GPU(s))"
   fi
@@ -843,6 +923,11 @@ write_report() {
       echo "training must end above test accuracy $min_test_acc). Benchmarks up to 64 MiB."
     fi
     echo
+    if [[ -n "$only" ]]; then
+      local parts=${only#,}
+      echo "Parts: **only ${parts%,}** (\`--only\`); the other parts were not run and are not in this report."
+      echo
+    fi
     echo "Total time: $total s. Every step's full output is in \`gpu_check/<step>.log\` next to this file."
     echo
     echo "## Machine"
