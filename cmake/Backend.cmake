@@ -59,8 +59,20 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
   set(MGPU_BLAS_NAME "cuBLAS ${CUDAToolkit_VERSION}")
 
-  find_path(MGPU_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-  find_library(MGPU_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  # NCCL: where NCCL_ROOT (a CMake or environment variable) says, else beside the toolkit or in
+  # the system's folders. NCCL_ROOT may be pip's nvidia-nccl package, which ships libnccl.so.2
+  # without the libnccl.so link: hence the second name, tried in each folder before the next.
+  set(_nccl_roots)
+  foreach(_root "${NCCL_ROOT}" "$ENV{NCCL_ROOT}")
+    if(_root)
+      list(APPEND _nccl_roots "${_root}")
+    endif()
+  endforeach()
+  list(TRANSFORM _nccl_roots APPEND /include OUTPUT_VARIABLE _nccl_include_hints)
+  list(TRANSFORM _nccl_roots APPEND /lib OUTPUT_VARIABLE _nccl_library_hints)
+  find_path(MGPU_NCCL_INCLUDE nccl.h HINTS ${_nccl_include_hints} ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(MGPU_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
+               HINTS ${_nccl_library_hints} ${CUDAToolkit_LIBRARY_DIR})
   if(MGPU_NCCL_INCLUDE AND MGPU_NCCL_LIBRARY)
     set(MGPU_HAVE_NCCL ON)
   endif()

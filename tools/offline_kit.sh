@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# offline_kit.sh: gathers, on a Debian 12 machine, what building and checking this repository
+# needs beside a compiler, CMake and the CUDA toolkit (doctest, zlib's headers, Open MPI, the
+# dataset) into one folder that can be copied to a GPU machine where nothing can be installed:
+# a cluster node without root, a container image, a machine with no network.
+#
+#   tools/offline_kit.sh                    writes offline-kit/ in the repository
+#   tools/offline_kit.sh --to DIR --no-mpi  elsewhere, without Open MPI
+#
+# Then, on the GPU machine, from the repository root (the kit can live anywhere):
+#
+#   source offline-kit/env.sh && tools/gpu_check.sh
+#
+# How it works: `apt-get download` fetches the Debian packages (no root needed) and
+# `dpkg-deb -x` unpacks them into the kit's root/ instead of /. Nothing is installed; env.sh
+# points CMake (CMAKE_PREFIX_PATH), the loader (LD_LIBRARY_PATH), the shell (PATH), Open MPI
+# (OPAL_PREFIX: it finds its plugins and help files relative to it) and the programs
+# (FASHION_MNIST_DIR) at the kit. The kit's MANIFEST lists the packages and the shared
+# libraries its programs take from the machine itself (the C library and such).
+#
+# Exit status: 0 the kit is written, 1 something failed (said why), 2 a bad command line.
+set -euo pipefail
+
+readonly program_name=offline_kit.sh
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+readonly repo_root
+
+# What the build and the check need that a machine with only the CUDA toolkit lacks.
+readonly base_packages=(
+  doctest-dev             # the tests (header-only, with its CMake package)
+  zlib1g-dev zlib1g       # the dataset loader reads gzip with zlib: its header and libz.so
+  dataset-fashion-mnist   # the four .gz files
+)
+# Open MPI for chapter 05, with the libraries libmpi, mpirun and orted load.
+readonly mpi_packages=(
+  libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common
+  libpmix2 libhwloc15 libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libltdl7 libnuma1
+  libudev1                # hwloc's; most machines have it, a minimal container may not
+)
+
+usage() {
+  cat <<EOF
+usage: $program_name [options]
+  gathers doctest, zlib's headers, Open MPI and Fashion-MNIST from Debian's packages into one
+  folder, to build and check this repository on a machine where nothing can be installed;
+  there: source DIR/env.sh, then build as usual (or run tools/gpu_check.sh)
+
+options:
+  --to DIR    where to write the kit (default offline-kit in the repository); it must not
+              exist yet, or be a kit this script wrote before (it is then written anew)
+  --no-mpi    leave Open MPI out (chapter 05 is then not built)
+  --help      this text
+
+needs: a Debian 12 (bookworm) machine with apt-get and dpkg-deb, and its package lists
+(apt-get update); the kit's programs run on x86-64 Linux with glibc 2.36 or newer
+EOF
+}
+
+refuse_command_line() {
+  echo "$program_name: $1" >&2
+  usage >&2
+  exit 2
+}
+
+fail() {
+  echo "$program_name: $1" >&2
+  exit 1
+}
+
+kit="$repo_root/offline-kit"
+with_mpi=yes
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --help | -h) usage; exit 0 ;;
+    --to)
+      [[ $# -ge 2 && -n "$2" && "$2" != --* ]] || refuse_command_line "--to needs a folder"
+      kit=$2
+      shift
+      ;;
+    --no-mpi) with_mpi=no ;;
+    *) refuse_command_line "unknown option '$1'" ;;
+  esac
+  shift
+done
+kit=$(realpath -m -- "$kit")
+
+for tool in apt-get dpkg-deb; do
+  command -v "$tool" >/dev/null || fail "$tool not found: this script runs on Debian 12 (or a derivative with its packages)"
+done
+if [[ -e "$kit" && ! -f "$kit/MANIFEST" ]]; then
+  fail "$kit exists and is not a kit this script wrote (no MANIFEST): choose another --to, or remove it"
+fi
+
+packages=("${base_packages[@]}")
+[[ "$with_mpi" == yes ]] && packages+=("${mpi_packages[@]}")
+
+# The kit is put together in a folder beside it and takes its name only when it is complete.
+final_kit=$kit
+kit="$final_kit.partial"
+rm -rf -- "$kit"
+mkdir -p -- "$kit/debs" "$kit/root"
+
+echo "$program_name: downloading ${#packages[@]} packages into $kit/debs"
+# apt-get download writes into the current folder. As root it warns that its sandbox user
+# cannot write there; the download is the same, so that one warning is not passed on.
+(cd "$kit/debs" && apt-get download -q "${packages[@]}") 2> >(grep -v 'unsandboxed as root' >&2) ||
+  fail "apt-get download failed (run apt-get update first; are the package names those of Debian 12?)"
+
+versions=()  # "package version", for the MANIFEST
+for package in "${packages[@]}"; do
+  deb=$(compgen -G "$kit/debs/${package}_*.deb" | head -n 1) ||
+    fail "apt-get download did not fetch $package"
+  versions+=("$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)")
+  dpkg-deb -x "$deb" "$kit/root"
+done
+
+# Debian 12 keeps some libraries in /lib and others in /usr/lib; the kit has one folder of each.
+readonly arch_libs=usr/lib/x86_64-linux-gnu
+if [[ -d "$kit/root/lib/x86_64-linux-gnu" ]]; then
+  mkdir -p "$kit/root/$arch_libs"
+  cp -a "$kit/root/lib/x86_64-linux-gnu/." "$kit/root/$arch_libs/"
+  rm -rf "$kit/root/lib"
+fi
+
+# A symbolic link that names an absolute path (zlib1g-dev's libz.so -> /lib/.../libz.so.1.2.13)
+# would reach out of the kit into the machine: point it at the kit's own copy instead.
+while IFS= read -r -d '' link; do
+  target=$(readlink "$link")
+  inside="$kit/root${target/#\/lib\//\/usr\/lib\/}"
+  if [[ -e "$inside" ]]; then
+    ln -sfn "$(realpath --relative-to="$(dirname "$link")" "$inside")" "$link"
+  else
+    echo "$program_name: note: ${link#"$kit"/} points outside the kit, to $target" >&2
+  fi
+done < <(find "$kit/root" -type l -lname '/*' -print0)
+
+# A CMake package file that names the prefix it was installed under (doctest's targets file:
+# set(_IMPORT_PREFIX "/usr")) would send CMake to the machine's /usr: compute it from the
+# file's own place in the kit instead.
+while IFS= read -r -d '' config; do
+  up=$(realpath --relative-to="$(dirname "$config")" "$kit/root/usr")  # ../../.. or so
+  sed -i "s|^set(_IMPORT_PREFIX \"/usr\")\$|get_filename_component(_IMPORT_PREFIX \"\${CMAKE_CURRENT_LIST_DIR}/$up\" ABSOLUTE)|" "$config"
+done < <(grep -rlZ --include='*.cmake' '^set(_IMPORT_PREFIX "/usr")$' "$kit/root" || true)
+
+# The commands Debian makes through its alternatives system (links in /etc/alternatives,
+# written when a package is installed, which unpacking does not do).
+if [[ "$with_mpi" == yes ]]; then
+  for name in mpirun mpiexec; do ln -sfn orterun "$kit/root/usr/bin/$name"; done
+  for name in mpicc mpicxx mpic++; do ln -sfn opal_wrapper "$kit/root/usr/bin/$name"; done
+fi
+
+# The dataset where env.sh's FASHION_MNIST_DIR points; documentation and manual pages dropped.
+mv "$kit/root/usr/share/datasets/fashion-mnist" "$kit/fashion-mnist"
+rm -rf "$kit/root/usr/share/datasets" "$kit/root/usr/share/doc" "$kit/root/usr/share/man" "$kit/debs"
+# Neither static libraries nor Open MPI's Fortran modules are used by this repository.
+find "$kit/root" -name '*.a' -delete
+rm -rf "$kit/root/$arch_libs/fortran"
+
+cat >"$kit/env.sh" <<'EOF'
+# Source this file from bash to build and run the repository with the kit:
+#   source offline-kit/env.sh
+# It only sets environment variables, each put in front of what was there.
+mgpu_kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mgpu_kit_libs="$mgpu_kit/root/usr/lib/x86_64-linux-gnu"
+export PATH="$mgpu_kit/root/usr/bin${PATH:+:$PATH}"
+export LD_LIBRARY_PATH="$mgpu_kit_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CMAKE_PREFIX_PATH="$mgpu_kit/root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export FASHION_MNIST_DIR="$mgpu_kit/fashion-mnist"
+if [ -d "$mgpu_kit_libs/openmpi" ]; then
+  # Open MPI was built for /usr: OPAL_PREFIX moves it, plugins and help texts included.
+  export OPAL_PREFIX="$mgpu_kit/root/usr"
+  # Its plugins for InfiniBand, UCX and libfabric need libraries the kit leaves out; on one
+  # machine it does not use them, so their failing to load is not worth a warning each run.
+  export OMPI_MCA_mca_base_component_show_load_errors=0
+fi
+# NCCL: the CUDA toolkit's where it has one; else the one pip's nvidia-nccl wheel brings
+# (PyTorch's), which CMake is pointed at through NCCL_ROOT (cmake/Backend.cmake).
+mgpu_cuda=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
+if [ -z "${NCCL_ROOT:-}" ] && [ ! -f "$mgpu_cuda/include/nccl.h" ]; then
+  mgpu_nccl=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$mgpu_nccl" ] && [ -f "$mgpu_nccl/include/nccl.h" ]; then
+    export NCCL_ROOT="$mgpu_nccl"
+    export LD_LIBRARY_PATH="$NCCL_ROOT/lib:$LD_LIBRARY_PATH"
+  fi
+fi
+unset mgpu_kit mgpu_kit_libs mgpu_cuda mgpu_nccl
+EOF
+
+# What the kit's programs still take from the machine: each library ldd resolves outside the
+# kit. For the programs and libmpi that should be the C library and its kin and the compiler's
+# runtimes; the rest belong to optional plugins (InfiniBand, UCX, libfabric) that Open MPI
+# skips where they do not load.
+libraries_from_machine() {  # files...
+  { LD_LIBRARY_PATH="$kit/root/$arch_libs" ldd "$@" 2>/dev/null || true; } |
+    awk -v kit="$kit" '$2 == "=>" && $3 != "" && index($3, kit) != 1 { print $1 }' | sort -u | paste -sd ' ' -
+}
+mapfile -d '' core < <(find "$kit/root/usr/bin" "$kit/root/$arch_libs" -maxdepth 1 -type f \
+                         \( -name 'orte*' -o -name opal_wrapper -o -name 'libmpi.so.*' \) -print0)
+mapfile -d '' all < <(find "$kit/root/usr/bin" "$kit/root/$arch_libs" -maxdepth 1 -type f -name '*.so*' -print0)
+from_machine_core=""
+from_machine_plugins=""
+if [[ "${#core[@]}" -gt 0 ]]; then
+  from_machine_core=$(libraries_from_machine "${core[@]}")
+  from_machine_plugins=$(comm -13 <(tr ' ' '\n' <<<"$from_machine_core" | sort) \
+                              <(libraries_from_machine "${all[@]}" | tr ' ' '\n' | sort) | paste -sd ' ' -)
+fi
+{
+  echo "offline kit for the mgpu repository, written $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo
+  echo "packages (unpacked into root/):"
+  printf '  %s\n' "${versions[@]}"
+  echo
+  echo "shared libraries that mpirun, orted, the MPI compiler wrappers and libmpi take from the"
+  echo "machine they run on (it must have them):"
+  echo "  ${from_machine_core:-none}"
+  echo "and that only Open MPI's optional plugins take (where missing, the plugin is skipped):"
+  echo "  ${from_machine_plugins:-none}"
+} >"$kit/MANIFEST"
+
+rm -rf -- "$final_kit"
+mv -- "$kit" "$final_kit"
+echo "$program_name: wrote $final_kit ($(du -sh "$final_kit" | cut -f 1)); on the GPU machine, from the repository root:"
+echo "  source $(realpath --relative-to="$repo_root" "$final_kit")/env.sh && tools/gpu_check.sh"
