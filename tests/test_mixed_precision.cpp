@@ -22,50 +22,50 @@
 
 namespace {
 
-using mp::Precision;
+using mixed::Precision;
 
 float pow2(int e) { return std::ldexp(1.0f, e); }
-float from_bits(std::uint32_t u) { return mp::float_of(u); }
+float from_bits(std::uint32_t u) { return mixed::float_of(u); }
 
 // ---- bf16 ------------------------------------------------------------------------------------
 
 TEST_CASE("bf16: known values and their bit patterns") {
-  CHECK(mp::to_bf16(1.0f) == 0x3f80);
-  CHECK(mp::to_bf16(-2.0f) == 0xc000);
-  CHECK(mp::to_bf16(0.0f) == 0x0000);
-  CHECK(mp::to_bf16(-0.0f) == 0x8000);
-  CHECK(mp::to_bf16(3.0f) == 0x4040);
+  CHECK(mixed::to_bf16(1.0f) == 0x3f80);
+  CHECK(mixed::to_bf16(-2.0f) == 0xc000);
+  CHECK(mixed::to_bf16(0.0f) == 0x0000);
+  CHECK(mixed::to_bf16(-0.0f) == 0x8000);
+  CHECK(mixed::to_bf16(3.0f) == 0x4040);
   // 1 + 2^-8 lies halfway between 1 (0x3f80, even) and 1 + 2^-7 (0x3f81): ties to even, down.
-  CHECK(mp::to_bf16(1.0f + pow2(-8)) == 0x3f80);
+  CHECK(mixed::to_bf16(1.0f + pow2(-8)) == 0x3f80);
   // 1 + 3 * 2^-8 lies halfway between 0x3f81 (odd) and 0x3f82 (even): up.
-  CHECK(mp::to_bf16(1.0f + 3 * pow2(-8)) == 0x3f82);
+  CHECK(mixed::to_bf16(1.0f + 3 * pow2(-8)) == 0x3f82);
   // Just above the halfway point rounds up, just below rounds down.
-  CHECK(mp::to_bf16(from_bits(0x3f808001)) == 0x3f81);
-  CHECK(mp::to_bf16(from_bits(0x3f807fff)) == 0x3f80);
+  CHECK(mixed::to_bf16(from_bits(0x3f808001)) == 0x3f81);
+  CHECK(mixed::to_bf16(from_bits(0x3f807fff)) == 0x3f80);
   // 1/3 = 0x3eaaaaab: the dropped half 0xaaab is above 0x8000, so 0x3eaa + 1.
-  CHECK(mp::to_bf16(1.0f / 3.0f) == 0x3eab);
+  CHECK(mixed::to_bf16(1.0f / 3.0f) == 0x3eab);
   // The largest finite fp32 rounds past bf16's largest (0x7f7f) to infinity; inf stays inf.
-  CHECK(mp::to_bf16(std::numeric_limits<float>::max()) == 0x7f80);
-  CHECK(mp::to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
-  CHECK(mp::to_bf16(-std::numeric_limits<float>::infinity()) == 0xff80);
+  CHECK(mixed::to_bf16(std::numeric_limits<float>::max()) == 0x7f80);
+  CHECK(mixed::to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(mixed::to_bf16(-std::numeric_limits<float>::infinity()) == 0xff80);
   // The largest bf16, 0x7f7f = (2 - 2^-7) * 2^127, is kept.
-  CHECK(mp::to_bf16(from_bits(0x7f7f0000)) == 0x7f7f);
+  CHECK(mixed::to_bf16(from_bits(0x7f7f0000)) == 0x7f7f);
   // NaN stays NaN, even the one whose payload lies only in the dropped bits (plain truncation
   // would make it infinity).
-  CHECK(std::isnan(mp::from_bf16(mp::to_bf16(std::nanf("")))));
-  CHECK(std::isnan(mp::from_bf16(mp::to_bf16(from_bits(0x7f800001)))));
+  CHECK(std::isnan(mixed::from_bf16(mixed::to_bf16(std::nanf("")))));
+  CHECK(std::isnan(mixed::from_bf16(mixed::to_bf16(from_bits(0x7f800001)))));
   // Back: exact.
-  CHECK(mp::from_bf16(0x3f80) == 1.0f);
-  CHECK(mp::from_bf16(0x3eab) == from_bits(0x3eab0000));
-  CHECK(mp::from_bf16(0x0001) == from_bits(0x00010000));  // a bf16 subnormal, 2^-133
+  CHECK(mixed::from_bf16(0x3f80) == 1.0f);
+  CHECK(mixed::from_bf16(0x3eab) == from_bits(0x3eab0000));
+  CHECK(mixed::from_bf16(0x0001) == from_bits(0x00010000));  // a bf16 subnormal, 2^-133
 }
 
 TEST_CASE("bf16: every one of the 65,536 bit patterns converts to fp32 and back to itself") {
   long wrong = 0;
   for (std::uint32_t h = 0; h <= 0xffff; ++h) {
-    const float f = mp::from_bf16(static_cast<std::uint16_t>(h));
+    const float f = mixed::from_bf16(static_cast<std::uint16_t>(h));
     if (std::isnan(f)) continue;  // NaN payloads need not survive (they stay NaN: above)
-    wrong += mp::to_bf16(f) != h;
+    wrong += mixed::to_bf16(f) != h;
   }
   CHECK(wrong == 0);
 }
@@ -74,8 +74,8 @@ TEST_CASE("bf16: rounding is to the nearest bf16 (checked against its two neighb
   mgpu::Rng rng(6);
   for (int i = 0; i < 100000; ++i) {
     const float f = static_cast<float>((rng.uniform() - 0.5) * std::ldexp(1.0, int(rng.below(60)) - 30));
-    const float r = mp::from_bf16(mp::to_bf16(f));
-    const std::uint32_t below = mp::bits_of(f) & 0xffff0000u, above = below + 0x10000u;
+    const float r = mixed::from_bf16(mixed::to_bf16(f));
+    const std::uint32_t below = mixed::bits_of(f) & 0xffff0000u, above = below + 0x10000u;
     const double error = std::abs(double(r) - f);
     REQUIRE(error <= std::abs(double(from_bits(below)) - f));
     REQUIRE(error <= std::abs(double(from_bits(above)) - f));
@@ -85,47 +85,47 @@ TEST_CASE("bf16: rounding is to the nearest bf16 (checked against its two neighb
 // ---- fp16 ------------------------------------------------------------------------------------
 
 TEST_CASE("fp16: known values and their bit patterns") {
-  CHECK(mp::to_fp16(1.0f) == 0x3c00);
-  CHECK(mp::to_fp16(-2.0f) == 0xc000);
-  CHECK(mp::to_fp16(0.5f) == 0x3800);
-  CHECK(mp::to_fp16(-0.0f) == 0x8000);
-  CHECK(mp::to_fp16(1.0f / 3.0f) == 0x3555);
-  CHECK(mp::to_fp16(65504.0f) == 0x7bff);  // the largest fp16
-  CHECK(mp::to_fp16(65519.0f) == 0x7bff);  // below the halfway point to 65536
-  CHECK(mp::to_fp16(65520.0f) == 0x7c00);  // the tie: to even, which is infinity
-  CHECK(mp::to_fp16(-1e6f) == 0xfc00);
-  CHECK(mp::to_fp16(std::numeric_limits<float>::infinity()) == 0x7c00);
-  CHECK(mp::to_fp16(pow2(-14)) == 0x0400);                // the smallest normal
-  CHECK(mp::to_fp16(pow2(-14) - pow2(-24)) == 0x03ff);    // the largest subnormal
-  CHECK(mp::to_fp16(pow2(-24)) == 0x0001);                // the smallest subnormal
-  CHECK(mp::to_fp16(-pow2(-24)) == 0x8001);
-  CHECK(mp::to_fp16(pow2(-25)) == 0x0000);                // halfway to 2^-24: to even, 0
-  CHECK(mp::to_fp16(from_bits(0x33000001)) == 0x0001);    // just above it: 2^-24
-  CHECK(mp::to_fp16(1.5f * pow2(-24)) == 0x0002);         // halfway between 1 and 2 (x 2^-24): to 2
-  CHECK(mp::to_fp16(2.5f * pow2(-24)) == 0x0002);         // halfway between 2 and 3: to 2
-  CHECK(mp::to_fp16(1e-8f) == 0x0000);                    // underflow
-  CHECK(mp::to_fp16(from_bits(0x00000001)) == 0x0000);    // an fp32 subnormal
-  CHECK(mp::to_fp16(1.0f + pow2(-11)) == 0x3c00);         // a tie, to even (down)
-  CHECK(mp::to_fp16(1.0f + 3 * pow2(-11)) == 0x3c02);     // a tie, to even (up)
-  CHECK(mp::to_fp16(2.0f - pow2(-12)) == 0x4000);         // rounds up into the next binade
-  CHECK(std::isnan(mp::from_fp16(mp::to_fp16(std::nanf("")))));
-  CHECK(std::isnan(mp::from_fp16(mp::to_fp16(from_bits(0x7f800001)))));
+  CHECK(mixed::to_fp16(1.0f) == 0x3c00);
+  CHECK(mixed::to_fp16(-2.0f) == 0xc000);
+  CHECK(mixed::to_fp16(0.5f) == 0x3800);
+  CHECK(mixed::to_fp16(-0.0f) == 0x8000);
+  CHECK(mixed::to_fp16(1.0f / 3.0f) == 0x3555);
+  CHECK(mixed::to_fp16(65504.0f) == 0x7bff);  // the largest fp16
+  CHECK(mixed::to_fp16(65519.0f) == 0x7bff);  // below the halfway point to 65536
+  CHECK(mixed::to_fp16(65520.0f) == 0x7c00);  // the tie: to even, which is infinity
+  CHECK(mixed::to_fp16(-1e6f) == 0xfc00);
+  CHECK(mixed::to_fp16(std::numeric_limits<float>::infinity()) == 0x7c00);
+  CHECK(mixed::to_fp16(pow2(-14)) == 0x0400);                // the smallest normal
+  CHECK(mixed::to_fp16(pow2(-14) - pow2(-24)) == 0x03ff);    // the largest subnormal
+  CHECK(mixed::to_fp16(pow2(-24)) == 0x0001);                // the smallest subnormal
+  CHECK(mixed::to_fp16(-pow2(-24)) == 0x8001);
+  CHECK(mixed::to_fp16(pow2(-25)) == 0x0000);                // halfway to 2^-24: to even, 0
+  CHECK(mixed::to_fp16(from_bits(0x33000001)) == 0x0001);    // just above it: 2^-24
+  CHECK(mixed::to_fp16(1.5f * pow2(-24)) == 0x0002);         // halfway between 1 and 2 (x 2^-24): to 2
+  CHECK(mixed::to_fp16(2.5f * pow2(-24)) == 0x0002);         // halfway between 2 and 3: to 2
+  CHECK(mixed::to_fp16(1e-8f) == 0x0000);                    // underflow
+  CHECK(mixed::to_fp16(from_bits(0x00000001)) == 0x0000);    // an fp32 subnormal
+  CHECK(mixed::to_fp16(1.0f + pow2(-11)) == 0x3c00);         // a tie, to even (down)
+  CHECK(mixed::to_fp16(1.0f + 3 * pow2(-11)) == 0x3c02);     // a tie, to even (up)
+  CHECK(mixed::to_fp16(2.0f - pow2(-12)) == 0x4000);         // rounds up into the next binade
+  CHECK(std::isnan(mixed::from_fp16(mixed::to_fp16(std::nanf("")))));
+  CHECK(std::isnan(mixed::from_fp16(mixed::to_fp16(from_bits(0x7f800001)))));
   // Back: exact.
-  CHECK(mp::from_fp16(0x7bff) == 65504.0f);
-  CHECK(mp::from_fp16(0x0001) == pow2(-24));
-  CHECK(mp::from_fp16(0x03ff) == pow2(-14) - pow2(-24));
-  CHECK(mp::from_fp16(0x3555) == 0.333251953125f);
-  CHECK(mp::from_fp16(0x8000) == 0.0f);
-  CHECK(std::signbit(mp::from_fp16(0x8000)));
-  CHECK(std::isinf(mp::from_fp16(0xfc00)));
+  CHECK(mixed::from_fp16(0x7bff) == 65504.0f);
+  CHECK(mixed::from_fp16(0x0001) == pow2(-24));
+  CHECK(mixed::from_fp16(0x03ff) == pow2(-14) - pow2(-24));
+  CHECK(mixed::from_fp16(0x3555) == 0.333251953125f);
+  CHECK(mixed::from_fp16(0x8000) == 0.0f);
+  CHECK(std::signbit(mixed::from_fp16(0x8000)));
+  CHECK(std::isinf(mixed::from_fp16(0xfc00)));
 }
 
 TEST_CASE("fp16: every one of the 65,536 bit patterns converts to fp32 and back to itself") {
   long wrong = 0;
   for (std::uint32_t h = 0; h <= 0xffff; ++h) {
-    const float f = mp::from_fp16(static_cast<std::uint16_t>(h));
+    const float f = mixed::from_fp16(static_cast<std::uint16_t>(h));
     if (std::isnan(f)) continue;
-    wrong += mp::to_fp16(f) != h;
+    wrong += mixed::to_fp16(f) != h;
   }
   CHECK(wrong == 0);
 }
@@ -141,7 +141,7 @@ TEST_CASE("fp16: the same bits as the compiler's _Float16 conversion, on 300,000
     const _Float16 h = static_cast<_Float16>(f);
     std::uint16_t want;
     std::memcpy(&want, &h, sizeof want);
-    wrong += mp::to_fp16(f) != want;
+    wrong += mixed::to_fp16(f) != want;
   }
   CHECK(wrong == 0);
 }
@@ -150,14 +150,14 @@ TEST_CASE("fp16: the same bits as the compiler's _Float16 conversion, on 300,000
 // ---- tf32 ------------------------------------------------------------------------------------
 
 TEST_CASE("tf32: the mantissa rounded to 10 bits, ties to even, the fp32 range kept") {
-  CHECK(mp::to_tf32(1.0f + pow2(-10)) == 1.0f + pow2(-10));  // representable
-  CHECK(mp::to_tf32(1.0f + pow2(-11)) == 1.0f);              // a tie, to even (down)
-  CHECK(mp::to_tf32(1.0f + 3 * pow2(-11)) == 1.0f + pow2(-9));  // a tie, to even (up)
-  CHECK((mp::bits_of(mp::to_tf32(1e30f)) & 0x1fffu) == 0);  // the 13 low bits dropped
-  CHECK(std::abs(mp::to_tf32(1e30f) - 1e30f) <= 1e30f * pow2(-11));
-  CHECK(mp::to_tf32(1e-30f) != 0.0f);  // no underflow where fp32 has none
-  CHECK(std::isnan(mp::to_tf32(std::nanf(""))));
-  CHECK(mp::round_to(Precision::FP32, 1.0f + pow2(-20)) == 1.0f + pow2(-20));
+  CHECK(mixed::to_tf32(1.0f + pow2(-10)) == 1.0f + pow2(-10));  // representable
+  CHECK(mixed::to_tf32(1.0f + pow2(-11)) == 1.0f);              // a tie, to even (down)
+  CHECK(mixed::to_tf32(1.0f + 3 * pow2(-11)) == 1.0f + pow2(-9));  // a tie, to even (up)
+  CHECK((mixed::bits_of(mixed::to_tf32(1e30f)) & 0x1fffu) == 0);  // the 13 low bits dropped
+  CHECK(std::abs(mixed::to_tf32(1e30f) - 1e30f) <= 1e30f * pow2(-11));
+  CHECK(mixed::to_tf32(1e-30f) != 0.0f);  // no underflow where fp32 has none
+  CHECK(std::isnan(mixed::to_tf32(std::nanf(""))));
+  CHECK(mixed::round_to(Precision::FP32, 1.0f + pow2(-20)) == 1.0f + pow2(-20));
 }
 
 // ---- the kernels -----------------------------------------------------------------------------
@@ -169,27 +169,27 @@ TEST_CASE("kernels: rounding, encoding and decoding on a device give the host fu
   std::vector<float> host = testing::random_floats(5000, rng, -70000.0, 70000.0);
   for (std::size_t i = 0; i < 1000; ++i) host[i] *= 1e-9f;  // some in fp16's subnormal range
   for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
-    CAPTURE(mp::name_of(p));
+    CAPTURE(mixed::name_of(p));
     mgpu::Buffer<float> x = testing::on_device(d, host);
-    mp::round_in_place(d, p, x.data(), std::int64_t(host.size()));
+    mixed::round_in_place(d, p, x.data(), std::int64_t(host.size()));
     std::vector<float> want(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) want[i] = mp::round_to(p, host[i]);
+    for (std::size_t i = 0; i < host.size(); ++i) want[i] = mixed::round_to(p, host[i]);
     const std::vector<float> got = x.download();
     long wrong = 0;
-    for (std::size_t i = 0; i < host.size(); ++i) wrong += mp::bits_of(got[i]) != mp::bits_of(want[i]);
+    for (std::size_t i = 0; i < host.size(); ++i) wrong += mixed::bits_of(got[i]) != mixed::bits_of(want[i]);
     CHECK(wrong == 0);
   }
   for (Precision p : {Precision::BF16, Precision::FP16}) {
-    CAPTURE(mp::name_of(p));
+    CAPTURE(mixed::name_of(p));
     mgpu::Buffer<float> x = testing::on_device(d, host), back(d, host.size());
     mgpu::Buffer<std::uint16_t> wire(d, host.size());
-    mp::encode(d, p, x.data(), wire.data(), std::int64_t(host.size()));
-    mp::decode(d, p, wire.data(), back.data(), std::int64_t(host.size()));
+    mixed::encode(d, p, x.data(), wire.data(), std::int64_t(host.size()));
+    mixed::decode(d, p, wire.data(), back.data(), std::int64_t(host.size()));
     const std::vector<std::uint16_t> bits = wire.download();
     const std::vector<float> got = back.download();
     long wrong = 0;
     for (std::size_t i = 0; i < host.size(); ++i)
-      wrong += bits[i] != mp::encode16(p, host[i]) || mp::bits_of(got[i]) != mp::bits_of(mp::round_to(p, host[i]));
+      wrong += bits[i] != mixed::encode16(p, host[i]) || mixed::bits_of(got[i]) != mixed::bits_of(mixed::round_to(p, host[i]));
     CHECK(wrong == 0);
   }
 }
@@ -200,7 +200,7 @@ TEST_CASE("unscale_and_check: divides by the scale and raises the flag for inf o
   mgpu::Buffer<float> flag(d, 1);
   const std::vector<float> finite = {1024.0f, -3.0f * 1024, 0.0f, 65504.0f};
   mgpu::Buffer<float> g = testing::on_device(d, finite);
-  mp::unscale_and_check(d, g.data(), 4, 1.0f / 1024, flag.data());
+  mixed::unscale_and_check(d, g.data(), 4, 1.0f / 1024, flag.data());
   CHECK(g.download() == std::vector<float>{1.0f, -3.0f, 0.0f, 65504.0f / 1024});
   CHECK(flag.download()[0] == 0.0f);
   for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), std::nanf("")}) {
@@ -208,18 +208,18 @@ TEST_CASE("unscale_and_check: divides by the scale and raises the flag for inf o
     std::vector<float> host(1000, 1.0f);
     host[777] = bad;
     mgpu::Buffer<float> h = testing::on_device(d, host);
-    mp::unscale_and_check(d, h.data(), 1000, 0.5f, flag.data());
+    mixed::unscale_and_check(d, h.data(), 1000, 0.5f, flag.data());
     CHECK(flag.download()[0] == 1.0f);
   }
   // The flag is reset by every call: a clean gradient after a bad one says "none found".
-  mp::unscale_and_check(d, g.data(), 4, 1.0f, flag.data());
+  mixed::unscale_and_check(d, g.data(), 4, 1.0f, flag.data());
   CHECK(flag.download()[0] == 0.0f);
 }
 
 // ---- the loss scaler -------------------------------------------------------------------------
 
 TEST_CASE("LossScaler: an overflow skips the step and halves the scale") {
-  mp::LossScaler s(mp::LossScaler::Settings{1024.0f, 3, 2.0f, 0.5f});
+  mixed::LossScaler s(mixed::LossScaler::Settings{1024.0f, 3, 2.0f, 0.5f});
   CHECK(s.scale() == 1024.0f);
   CHECK(s.update(true));  // skip
   CHECK(s.scale() == 512.0f);
@@ -230,7 +230,7 @@ TEST_CASE("LossScaler: an overflow skips the step and halves the scale") {
 }
 
 TEST_CASE("LossScaler: the scale doubles after growth_interval clean steps in a row, and only then") {
-  mp::LossScaler s(mp::LossScaler::Settings{1024.0f, 3, 2.0f, 0.5f});
+  mixed::LossScaler s(mixed::LossScaler::Settings{1024.0f, 3, 2.0f, 0.5f});
   CHECK_FALSE(s.update(false));
   CHECK_FALSE(s.update(false));
   CHECK(s.scale() == 1024.0f);
@@ -251,44 +251,44 @@ TEST_CASE("LossScaler: the scale doubles after growth_interval clean steps in a 
 }
 
 TEST_CASE("LossScaler: settings that cannot work are refused") {
-  using S = mp::LossScaler::Settings;
-  CHECK_THROWS_WITH_AS(mp::LossScaler(S{0.0f, 200, 2.0f, 0.5f}), doctest::Contains("initial scale"), mgpu::Error);
-  CHECK_THROWS_WITH_AS(mp::LossScaler(S{std::numeric_limits<float>::infinity(), 200, 2.0f, 0.5f}),
+  using S = mixed::LossScaler::Settings;
+  CHECK_THROWS_WITH_AS(mixed::LossScaler(S{0.0f, 200, 2.0f, 0.5f}), doctest::Contains("initial scale"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(mixed::LossScaler(S{std::numeric_limits<float>::infinity(), 200, 2.0f, 0.5f}),
                        doctest::Contains("initial scale"), mgpu::Error);
-  CHECK_THROWS_WITH_AS(mp::LossScaler(S{1.0f, 0, 2.0f, 0.5f}), doctest::Contains("growth interval"), mgpu::Error);
-  CHECK_THROWS_AS(mp::LossScaler(S{1.0f, 10, 1.0f, 0.5f}), mgpu::Error);
-  CHECK_THROWS_AS(mp::LossScaler(S{1.0f, 10, 2.0f, 1.0f}), mgpu::Error);
+  CHECK_THROWS_WITH_AS(mixed::LossScaler(S{1.0f, 0, 2.0f, 0.5f}), doctest::Contains("growth interval"), mgpu::Error);
+  CHECK_THROWS_AS(mixed::LossScaler(S{1.0f, 10, 1.0f, 0.5f}), mgpu::Error);
+  CHECK_THROWS_AS(mixed::LossScaler(S{1.0f, 10, 2.0f, 1.0f}), mgpu::Error);
 }
 
 // ---- the command line's checks between flags ---------------------------------------------------
 
 TEST_CASE("flags: precision names, defaults that follow the precision, refusals") {
-  CHECK(mp::precision_named("bf16") == Precision::BF16);
-  CHECK_FALSE(mp::precision_named("fp8").has_value());
-  CHECK_FALSE(mp::precision_named("BF16").has_value());
-  mp::MixedFlags f;
+  CHECK(mixed::precision_named("bf16") == Precision::BF16);
+  CHECK_FALSE(mixed::precision_named("fp8").has_value());
+  CHECK_FALSE(mixed::precision_named("BF16").has_value());
+  mixed::MixedFlags f;
   f.options.precision = Precision::FP16;
-  CHECK(mp::resolve_defaults(f).empty());
+  CHECK(mixed::resolve_defaults(f).empty());
   CHECK(f.options.loss_scaling);
   CHECK(f.options.grad_bits == 16);
-  mp::MixedFlags g;
+  mixed::MixedFlags g;
   g.options.precision = Precision::BF16;
-  CHECK(mp::resolve_defaults(g).empty());
+  CHECK(mixed::resolve_defaults(g).empty());
   CHECK_FALSE(g.options.loss_scaling);
-  mp::MixedFlags h;
+  mixed::MixedFlags h;
   h.options.precision = Precision::TF32;
   h.grad_bits = 16;
-  CHECK(mp::resolve_defaults(h).find("--grad-bits 16 needs --precision bf16 or fp16") != std::string::npos);
-  mp::MixedFlags parsed;
+  CHECK(mixed::resolve_defaults(h).find("--grad-bits 16 needs --precision bf16 or fp16") != std::string::npos);
+  mixed::MixedFlags parsed;
   const mgpu::ParseResult r =
       mgpu::parse_options({"--precision", "fp16", "--loss-scale", "none", "--accumulate", "4"},
-                          mgpu::ChapterInfo{"06_mixed_precision", "", 2, 1024}, mp::mixed_flags(parsed));
+                          mgpu::ChapterInfo{"06_mixed_precision", "", 2, 1024}, mixed::mixed_flags(parsed));
   CHECK(r.error.empty());
-  CHECK(mp::resolve_defaults(parsed).empty());
+  CHECK(mixed::resolve_defaults(parsed).empty());
   CHECK_FALSE(parsed.options.loss_scaling);
   CHECK(parsed.options.accumulate == 4);
-  CHECK(mp::bucket_bytes(parsed.options) == std::size_t(lenet::flat_count()) * 2);
-  CHECK(mp::ring_bytes_per_device(parsed.options, 4) == doctest::Approx(1.5 * lenet::flat_count() * 2));
+  CHECK(mixed::bucket_bytes(parsed.options) == std::size_t(lenet::flat_count()) * 2);
+  CHECK(mixed::ring_bytes_per_device(parsed.options, 4) == doctest::Approx(1.5 * lenet::flat_count() * 2));
 }
 
 // ---- training steps on random data -------------------------------------------------------------
@@ -332,12 +332,12 @@ TEST_CASE("a skipped step leaves every device's parameters untouched, and halves
     CAPTURE(k);
     Setup s(k, 64);
     const lenet::HostParams init = lenet::init_params(7);
-    mp::MixedOptions mo;
+    mixed::MixedOptions mo;
     mo.precision = Precision::FP16;
     mo.loss_scaling = true;
     mo.scaler.initial_scale = std::ldexp(1.0f, 30);  // dz4 * 2^30 is far beyond 65504: inf in fp16
     Spy exchange(s.devices);
-    mp::MixedTrainer trainer(s.devices, mo, 32, init, exchange);
+    mixed::MixedTrainer trainer(s.devices, mo, 32, init, exchange);
     CHECK_FALSE(trainer.step(s.data, 0, 32, 0.5f));
     CHECK(trainer.scaler()->skipped() == 1);
     CHECK(trainer.scaler()->scale() == std::ldexp(1.0f, 29));
@@ -348,12 +348,12 @@ TEST_CASE("a skipped step leaves every device's parameters untouched, and halves
 TEST_CASE("an inf on one device only makes every device skip the step") {
   Setup s(2, 64);
   const lenet::HostParams init = lenet::init_params(7);
-  mp::MixedOptions mo;
+  mixed::MixedOptions mo;
   mo.precision = Precision::FP16;
   mo.loss_scaling = true;
   mo.scaler.initial_scale = 1.0f;
   Spy exchange(s.devices);
-  mp::MixedTrainer trainer(s.devices, mo, 32, init, exchange);
+  mixed::MixedTrainer trainer(s.devices, mo, 32, init, exchange);
   CHECK(trainer.step(s.data, 0, 32, 0.5f));  // a clean step moves the weights
   const lenet::HostParams after_one = trainer.master_params();
   CHECK(after_one != init);
@@ -364,9 +364,9 @@ TEST_CASE("an inf on one device only makes every device skip the step") {
 }
 
 // Three optimizer steps of 64 examples, as `micro` micro-batches, on k devices: the final weights.
-lenet::HostParams three_steps(Setup& s, const mp::MixedOptions& mo, int micro, int* allreduces = nullptr) {
+lenet::HostParams three_steps(Setup& s, const mixed::MixedOptions& mo, int micro, int* allreduces = nullptr) {
   Spy exchange(s.devices);
-  mp::MixedTrainer trainer(s.devices, mo, 64 / micro, lenet::init_params(11, 0.1f), exchange);
+  mixed::MixedTrainer trainer(s.devices, mo, 64 / micro, lenet::init_params(11, 0.1f), exchange);
   for (int step = 0; step < 3; ++step) CHECK(trainer.step(s.data, step * 64, 64, 0.2f));
   if (allreduces) *allreduces = exchange.calls;
   return trainer.master_params();
@@ -375,10 +375,10 @@ lenet::HostParams three_steps(Setup& s, const mp::MixedOptions& mo, int micro, i
 TEST_CASE("accumulation: 4 micro-batches of 16 give the weights of one batch of 64, with one allreduce a step") {
   for (Precision p : {Precision::FP32, Precision::BF16}) {
     for (int k : {1, 2}) {
-      CAPTURE(mp::name_of(p));
+      CAPTURE(mixed::name_of(p));
       CAPTURE(k);
       Setup s(k, 3 * 64);
-      mp::MixedOptions mo;
+      mixed::MixedOptions mo;
       mo.precision = p;
       int calls_one = 0, calls_four = 0;
       const lenet::HostParams one = three_steps(s, mo, 1, &calls_one);
@@ -393,7 +393,7 @@ TEST_CASE("accumulation: 4 micro-batches of 16 give the weights of one batch of 
 
 TEST_CASE("accumulation: on 2 devices, the same weights as 1 device") {
   Setup one(1, 3 * 64), two(2, 3 * 64);
-  mp::MixedOptions mo;
+  mixed::MixedOptions mo;
   testing::check_same_training(three_steps(two, mo, 4), three_steps(one, mo, 4), lenet::init_params(11, 0.1f),
                                "k = 2 vs k = 1, 4 micro-batches");
 }
@@ -404,12 +404,12 @@ TEST_CASE("flushed_to_zero: a tiny loss scale flushes fp16 gradients to zero, a 
   std::array<double, 4> flushed_at[2];
   int i = 0;
   for (float scale : {std::ldexp(1.0f, -16), std::ldexp(1.0f, 8)}) {
-    mp::MixedOptions mo;
+    mixed::MixedOptions mo;
     mo.precision = Precision::FP16;
     mo.loss_scaling = true;
     mo.scaler.initial_scale = scale;
     ring::RingAllreduce exchange(s.devices);
-    mp::MixedTrainer trainer(s.devices, mo, 32, lenet::init_params(7), exchange);
+    mixed::MixedTrainer trainer(s.devices, mo, 32, lenet::init_params(7), exchange);
     flushed_at[i++] = trainer.flushed_to_zero(images, 32);
   }
   // At 2^-16 the input gradient of conv1 (values near 1e-4 unscaled) is far below 2^-24: mostly 0.
@@ -424,7 +424,7 @@ TEST_CASE("Ring16Allreduce: small integers (exact in 16 bits) sum exactly on 1 t
   for (Precision p : {Precision::BF16, Precision::FP16})
     for (int k = 1; k <= 4; ++k)
       for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(1001)}) {
-        CAPTURE(mp::name_of(p));
+        CAPTURE(mixed::name_of(p));
         CAPTURE(k);
         CAPTURE(n);
         mgpu::DeviceSet devices(k);
@@ -437,7 +437,7 @@ TEST_CASE("Ring16Allreduce: small integers (exact in 16 bits) sum exactly on 1 t
           buffers.push_back(testing::on_device(devices[i], host));
           data.push_back(buffers.back().data());
         }
-        mp::Ring16Allreduce ring(devices, p, n);
+        mixed::Ring16Allreduce ring(devices, p, n);
         for (int round = 0; round < 2; ++round) {  // the buffers are reused round after round
           if (round == 1) {
             for (int i = 0; i < k; ++i) {
@@ -466,7 +466,7 @@ TEST_CASE("Ring16Allreduce: random gradients sum to within the format's rounding
     buffers.push_back(testing::on_device(devices[i], host));
     data.push_back(buffers.back().data());
   }
-  mp::Ring16Allreduce ring(devices, Precision::BF16, n);
+  mixed::Ring16Allreduce ring(devices, Precision::BF16, n);
   ring.run(data, mgpu::Elements{n});
   const std::vector<float> got = buffers[0].download();
   // Each input is rounded once (2^-9 of itself at most), each of the k - 1 partial sums once,
@@ -496,13 +496,13 @@ TEST_CASE("real data: bf16 and scaled fp16 train as well as fp32 (2 epochs of 10
   o.out = (std::filesystem::temp_directory_path() / "mgpu_test_mixed_precision").string();
   o.progress = mgpu::Options::Progress::Off;
   for (Precision p : {Precision::BF16, Precision::FP16}) {
-    CAPTURE(mp::name_of(p));
-    mp::MixedFlags f;
+    CAPTURE(mixed::name_of(p));
+    mixed::MixedFlags f;
     f.options.precision = p;
-    REQUIRE(mp::resolve_defaults(f).empty());
+    REQUIRE(mixed::resolve_defaults(f).empty());
     mgpu::DeviceSet devices(2);
-    mgpu::TrainingLog log("06_mixed_precision", "test_" + mp::name_of(p), o, 2, data.train.count);
-    const std::vector<mp::ScalerEpoch> scaler = mp::train(devices, data, o, f.options, log);
+    mgpu::TrainingLog log("06_mixed_precision", "test_" + mixed::name_of(p), o, 2, data.train.count);
+    const std::vector<mixed::ScalerEpoch> scaler = mixed::train(devices, data, o, f.options, log);
     CHECK(log.records().back().test_acc >= 0.5);  // chance is 0.1; fp32 reaches 0.60 here
     if (p == Precision::FP16) CHECK(scaler.back().scale < 65536.0f * 1024);  // it did not just grow
   }

@@ -13,8 +13,8 @@
 
 namespace {
 
-using mp::Op;
-using mp::Schedule;
+using pp::Op;
+using pp::Schedule;
 
 std::string show(const std::vector<Op>& ops) {
   std::string s;
@@ -41,9 +41,9 @@ lenet::HostParams one_device(const mgpu::LabeledImages& set, int batch, int step
 }
 
 // The same steps through a pipeline.
-lenet::HostParams pipelined(const mp::PipelineConfig& config, const mgpu::LabeledImages& set, int batch, int steps,
-                            float lr, std::vector<mp::Span>* timeline = nullptr) {
-  mp::Pipeline pipeline(config, lenet::init_params(7, 0.1f), batch);
+lenet::HostParams pipelined(const pp::PipelineConfig& config, const mgpu::LabeledImages& set, int batch, int steps,
+                            float lr, std::vector<pp::Span>* timeline = nullptr) {
+  pp::Pipeline pipeline(config, lenet::init_params(7, 0.1f), batch);
   pipeline.set_training_data(set);
   std::vector<int> order(set.count);
   for (int i = 0; i < set.count; ++i) order[i] = i;
@@ -59,8 +59,8 @@ void check_same_params(const lenet::HostParams& got, const lenet::HostParams& wa
                          what + " " + lenet::kParams[t].name);
 }
 
-mp::PipelineConfig config(std::vector<int> cuts, Schedule schedule, int m, int replicas = 1) {
-  mp::PipelineConfig c;
+pp::PipelineConfig config(std::vector<int> cuts, Schedule schedule, int m, int replicas = 1) {
+  pp::PipelineConfig c;
   c.cuts = std::move(cuts);
   c.schedule = schedule;
   c.micro_batches = m;
@@ -72,20 +72,20 @@ mp::PipelineConfig config(std::vector<int> cuts, Schedule schedule, int m, int r
 
 TEST_CASE("schedules: GPipe and 1F1B run every micro-batch's forward, then its backward, once each") {
   // The textbook orders, written out for k = 2 stages and m = 4 micro-batches.
-  CHECK(show(mp::stage_ops(Schedule::GPipe, 0, 2, 4)) == "F0 F1 F2 F3 B0 B1 B2 B3 ");
-  CHECK(show(mp::stage_ops(Schedule::OneFOneB, 0, 2, 4)) == "F0 F1 B0 F2 B1 F3 B2 B3 ");
-  CHECK(show(mp::stage_ops(Schedule::OneFOneB, 1, 2, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3 ");
-  CHECK(show(mp::stage_ops(Schedule::OneFOneB, 0, 4, 2)) == "F0 F1 B0 B1 ");
-  CHECK(show(mp::stage_ops(Schedule::Naive, 1, 2, 1)) == "F0 B0 ");
+  CHECK(show(pp::stage_ops(Schedule::GPipe, 0, 2, 4)) == "F0 F1 F2 F3 B0 B1 B2 B3 ");
+  CHECK(show(pp::stage_ops(Schedule::OneFOneB, 0, 2, 4)) == "F0 F1 B0 F2 B1 F3 B2 B3 ");
+  CHECK(show(pp::stage_ops(Schedule::OneFOneB, 1, 2, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3 ");
+  CHECK(show(pp::stage_ops(Schedule::OneFOneB, 0, 4, 2)) == "F0 F1 B0 B1 ");
+  CHECK(show(pp::stage_ops(Schedule::Naive, 1, 2, 1)) == "F0 B0 ");
   for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB})
     for (int k = 1; k <= 4; ++k)
       for (int m : {1, 2, 3, 4, 8, 16})
         for (int s = 0; s < k; ++s) {
-          CAPTURE(mp::name_of(sched));
+          CAPTURE(pp::name_of(sched));
           CAPTURE(k);
           CAPTURE(m);
           CAPTURE(s);
-          const std::vector<Op> ops = mp::stage_ops(sched, s, k, m);
+          const std::vector<Op> ops = pp::stage_ops(sched, s, k, m);
           REQUIRE(ops.size() == std::size_t(2 * m));
           std::vector<int> forward_at(m, -1), backward_at(m, -1);
           for (int i = 0; i < 2 * m; ++i) (ops[i].kind == Op::Forward ? forward_at : backward_at)[ops[i].micro] = i;
@@ -94,40 +94,40 @@ TEST_CASE("schedules: GPipe and 1F1B run every micro-batch's forward, then its b
             CHECK(backward_at[j] > forward_at[j]);
           }
           // The memory each keeps: all m for GPipe, at most k - s for 1F1B.
-          CHECK(mp::peak_in_flight(ops) == (sched == Schedule::GPipe ? m : std::min(m, k - s)));
+          CHECK(pp::peak_in_flight(ops) == (sched == Schedule::GPipe ? m : std::min(m, k - s)));
         }
-  CHECK_THROWS_AS(mp::stage_ops(Schedule::Naive, 0, 2, 4), mgpu::Error);
+  CHECK_THROWS_AS(pp::stage_ops(Schedule::Naive, 0, 2, 4), mgpu::Error);
 }
 
 TEST_CASE("bubble: the formula, and the prediction for stages of unequal cost") {
-  CHECK(mp::bubble_formula(2, 1) == doctest::Approx(0.5));
-  CHECK(mp::bubble_formula(2, 4) == doctest::Approx(0.2));
-  CHECK(mp::bubble_formula(4, 16) == doctest::Approx(3.0 / 19));
+  CHECK(pp::bubble_formula(2, 1) == doctest::Approx(0.5));
+  CHECK(pp::bubble_formula(2, 4) == doctest::Approx(0.2));
+  CHECK(pp::bubble_formula(4, 16) == doctest::Approx(3.0 / 19));
   for (int k = 1; k <= 4; ++k)
     for (int m : {1, 2, 4, 8, 16}) {
-      const std::vector<double> idle = mp::predicted_idle(std::vector<double>(k, 1.5e-3), m);
+      const std::vector<double> idle = pp::predicted_idle(std::vector<double>(k, 1.5e-3), m);
       REQUIRE(idle.size() == std::size_t(k));
-      for (double x : idle) CHECK(x == doctest::Approx(mp::bubble_formula(k, m)));
+      for (double x : idle) CHECK(x == doctest::Approx(pp::bubble_formula(k, m)));
     }
   // Stage 0 three times as slow as stage 1, 4 micro-batches: a step is 3 x 3 + (3 + 1) = 13 units;
   // stage 0 works 12 of them, stage 1 works 4.
-  const std::vector<double> idle = mp::predicted_idle({3.0, 1.0}, 4);
+  const std::vector<double> idle = pp::predicted_idle({3.0, 1.0}, 4);
   REQUIRE(idle.size() == 2);
   CHECK(idle[0] == doctest::Approx(1.0 / 13));
   CHECK(idle[1] == doctest::Approx(9.0 / 13));
 }
 
 TEST_CASE("cuts: where LeNet may be split") {
-  CHECK(mp::check_cuts({2}).empty());
-  CHECK(mp::check_cuts({1, 2, 3}).empty());
-  CHECK(mp::check_cuts({}).empty());
-  CHECK_FALSE(mp::check_cuts({0}).empty());
-  CHECK_FALSE(mp::check_cuts({4}).empty());
-  CHECK_FALSE(mp::check_cuts({2, 2}).empty());
-  CHECK_FALSE(mp::check_cuts({3, 1}).empty());
-  CHECK(mp::stage_bounds({2}) == std::vector<int>{0, 2, 4});
-  CHECK(mp::default_cuts(2) == std::vector<int>{2});
-  CHECK_THROWS_AS(mp::default_cuts(5), mgpu::Error);
+  CHECK(pp::check_cuts({2}).empty());
+  CHECK(pp::check_cuts({1, 2, 3}).empty());
+  CHECK(pp::check_cuts({}).empty());
+  CHECK_FALSE(pp::check_cuts({0}).empty());
+  CHECK_FALSE(pp::check_cuts({4}).empty());
+  CHECK_FALSE(pp::check_cuts({2, 2}).empty());
+  CHECK_FALSE(pp::check_cuts({3, 1}).empty());
+  CHECK(pp::stage_bounds({2}) == std::vector<int>{0, 2, 4});
+  CHECK(pp::default_cuts(2) == std::vector<int>{2});
+  CHECK_THROWS_AS(pp::default_cuts(5), mgpu::Error);
 }
 
 TEST_CASE("split training: 2 stages, every cut, give chapter 01's parameters") {
@@ -151,7 +151,7 @@ TEST_CASE("pipelines: GPipe and 1F1B with m = 1, 2, 4 (and 3 stages, 4 stages) g
     for (const std::vector<int>& cuts :
          {std::vector<int>{}, std::vector<int>{2}, std::vector<int>{1, 3}, std::vector<int>{1, 2, 3}})
       for (int m : {1, 2, 3, 4}) {
-        const std::string what = std::string(mp::name_of(sched)) + " k=" + std::to_string(cuts.size() + 1) +
+        const std::string what = std::string(pp::name_of(sched)) + " k=" + std::to_string(cuts.size() + 1) +
                                  " m=" + std::to_string(m);
         CAPTURE(what);
         check_same_params(pipelined(config(cuts, sched, m), set, batch, steps, 0.1f), want, what);
@@ -164,7 +164,7 @@ TEST_CASE("hybrid: 2 stages x 2 replicas, gradients summed per stage, give chapt
   const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
   const lenet::HostParams want = one_device(set, batch, steps, 0.1f);
   for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB}) {
-    CAPTURE(mp::name_of(sched));
+    CAPTURE(pp::name_of(sched));
     check_same_params(pipelined(config({2}, sched, 2, 2), set, batch, steps, 0.1f), want, "hybrid");
   }
 }
@@ -173,7 +173,7 @@ TEST_CASE("evaluation through the pipeline agrees with chapter 01's, and the met
   mgpu::Rng rng(6);
   const mgpu::LabeledImages set = testing::random_set(50, rng);
   const lenet::HostParams init = lenet::init_params(7, 0.1f);
-  mp::Pipeline pipeline(config({1, 3}, Schedule::OneFOneB, 4), init, 16);
+  pp::Pipeline pipeline(config({1, 3}, Schedule::OneFOneB, 4), init, 16);
   const double got = pipeline.evaluate(set, 16);
   mgpu::DeviceSet one(1);
   lenet::Params p = lenet::upload_params(one[0], init);
@@ -197,8 +197,8 @@ TEST_CASE("evaluation through the pipeline agrees with chapter 01's, and the met
 
 TEST_CASE("activation memory: GPipe keeps m micro-batches per stage, 1F1B at most k - s") {
   const int batch = 64;
-  mp::Pipeline gpipe(config({1, 2, 3}, Schedule::GPipe, 8), lenet::init_params(1), batch);
-  mp::Pipeline onefoneb(config({1, 2, 3}, Schedule::OneFOneB, 8), lenet::init_params(1), batch);
+  pp::Pipeline gpipe(config({1, 2, 3}, Schedule::GPipe, 8), lenet::init_params(1), batch);
+  pp::Pipeline onefoneb(config({1, 2, 3}, Schedule::OneFOneB, 8), lenet::init_params(1), batch);
   for (int s = 0; s < 4; ++s) {
     CAPTURE(s);
     CHECK(gpipe.slots(s) == 8);
@@ -214,7 +214,7 @@ TEST_CASE("timeline: every forward and backward of every stage, in an order the 
   mgpu::Rng rng(8);
   const int batch = 32, m = 4;
   const mgpu::LabeledImages set = testing::random_set(batch, rng);
-  std::vector<mp::Span> spans;
+  std::vector<pp::Span> spans;
   pipelined(config({2}, Schedule::GPipe, m), set, batch, 1, 0.1f, &spans);
   for (int s = 0; s < 2; ++s)
     for (int j = 0; j < m; ++j) {
@@ -222,7 +222,7 @@ TEST_CASE("timeline: every forward and backward of every stage, in an order the 
       CAPTURE(j);
       auto find = [&](int stage, char kind) {
         return std::find_if(spans.begin(), spans.end(),
-                            [&](const mp::Span& x) { return x.stage == stage && x.kind == kind && x.micro == j; });
+                            [&](const pp::Span& x) { return x.stage == stage && x.kind == kind && x.micro == j; });
       };
       const auto f = find(s, 'F'), b = find(s, 'B');
       REQUIRE(f != spans.end());
@@ -232,7 +232,7 @@ TEST_CASE("timeline: every forward and backward of every stage, in an order the 
       if (s == 1) CHECK(find(0, 'F')->end <= f->begin);      // stage 1 starts after stage 0 sent j
       if (s == 0) CHECK(find(1, 'B')->end <= b->begin);      // and the gradient comes back first
     }
-  const mp::Bubble bubble = mp::measure_bubble(spans, 2, m);
+  const pp::Bubble bubble = pp::measure_bubble(spans, 2, m);
   for (int s = 0; s < 2; ++s) {
     CHECK(bubble.busy[s] > 0);
     CHECK(bubble.busy[s] <= 1.0);

@@ -24,7 +24,7 @@
 #include "common/backend.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
-namespace mp {
+namespace mixed {
 
 // What a GEMM reads its inputs as (--precision). The accumulation is fp32 in every case.
 enum class Precision { FP32, TF32, BF16, FP16 };
@@ -130,4 +130,4 @@ MGPU_HD inline float decode16(Precision p, std::uint16_t h) {
   return p == Precision::FP16 ? from_fp16(h) : from_bf16(h);
 }
 
-}  // namespace mp
+}  // namespace mixed

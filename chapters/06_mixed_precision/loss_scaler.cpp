@@ -5,7 +5,7 @@
 #include "common/check.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
-namespace mp {
+namespace mixed {
 
 LossScaler::LossScaler(Settings s) : settings_(s), scale_(s.initial_scale) {
   if (!(s.initial_scale > 0) || !std::isfinite(s.initial_scale))
@@ -35,4 +35,4 @@ bool LossScaler::update(bool found_inf) {
   // END EXERCISE ex06.loss_scaler_update
 }
 
-}  // namespace mp
+}  // namespace mixed

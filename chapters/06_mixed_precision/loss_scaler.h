@@ -16,7 +16,7 @@
 #pragma once
 #include <string>
 
-namespace mp {
+namespace mixed {
 
 class LossScaler {
  public:
@@ -46,4 +46,4 @@ class LossScaler {
   long steps_ = 0, skipped_ = 0;
 };
 
-}  // namespace mp
+}  // namespace mixed

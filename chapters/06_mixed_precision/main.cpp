@@ -18,13 +18,13 @@ int main(int argc, char** argv) {
                                   "data-parallel LeNet in fp32, tf32, bf16 or fp16, with loss scaling and "
                                   "gradient accumulation",
                                   /*default_devices=*/2, /*max_devices=*/1024};
-  mp::MixedFlags flags;
-  mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, mp::mixed_flags(flags), mp::kMixedUsage);
-  if (const std::string why = mp::resolve_defaults(flags); !why.empty()) {
-    std::fprintf(stderr, "06_mixed_precision: %s\n\n%s", why.c_str(), mgpu::usage(chapter, mp::kMixedUsage).c_str());
+  mixed::MixedFlags flags;
+  mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, mixed::mixed_flags(flags), mixed::kMixedUsage);
+  if (const std::string why = mixed::resolve_defaults(flags); !why.empty()) {
+    std::fprintf(stderr, "06_mixed_precision: %s\n\n%s", why.c_str(), mgpu::usage(chapter, mixed::kMixedUsage).c_str());
     return 2;
   }
-  const mp::MixedOptions& mo = flags.options;
+  const mixed::MixedOptions& mo = flags.options;
   try {
     const mgpu::DeviceSet devices(o.devices);
     std::printf("backend %s, %d logical devices\n%s%s", mgpu::kBackendName, o.devices, devices.mapping().c_str(),
@@ -35,31 +35,31 @@ int main(int argc, char** argv) {
     const int step_examples = o.batch_size * mo.accumulate;
     std::printf("precision %s (GEMM inputs; fp32 accumulation and master weights), loss scaling %s, gradients "
                 "exchanged in %d bits (%s), %d micro-batch(es) of %d per step (%d examples a step)\n",
-                mp::name_of(mo.precision).c_str(), mo.loss_scaling ? "dynamic" : "none", mo.grad_bits,
+                mixed::name_of(mo.precision).c_str(), mo.loss_scaling ? "dynamic" : "none", mo.grad_bits,
                 mo.nccl ? "NCCL" : "ring", mo.accumulate, o.batch_size, step_examples);
-    const double wire = mp::ring_bytes_per_device(mo, o.devices);
+    const double wire = mixed::ring_bytes_per_device(mo, o.devices);
     std::printf("allreduced per step: a bucket of %zu bytes; each device sends %.0f bytes of it round the ring, "
                 "%.1f bytes per training example\n",
-                mp::bucket_bytes(mo), wire, wire / step_examples);
+                mixed::bucket_bytes(mo), wire, wire / step_examples);
 
     // The run's files are named after what changes: 06_mixed_precision_bf16_g16_b256_m1_k2.csv
-    const std::string run = chapter.name + "_" + mp::name_of(mo.precision) + (mo.loss_scaling ? "_scaled" : "") +
+    const std::string run = chapter.name + "_" + mixed::name_of(mo.precision) + (mo.loss_scaling ? "_scaled" : "") +
                             (mo.mean_loss ? "_mean" : "") + "_g" + std::to_string(mo.grad_bits) + "_b" +
                             std::to_string(o.batch_size) + "_m" + std::to_string(mo.accumulate) + "_k" +
                             std::to_string(o.devices);
     mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
-    const std::vector<mp::ScalerEpoch> scaler = mp::train(devices, data, o, mo, log);
+    const std::vector<mixed::ScalerEpoch> scaler = mixed::train(devices, data, o, mo, log);
     log.finish();
     long skipped = 0;
-    for (const mp::ScalerEpoch& e : scaler) skipped += e.skipped;
+    for (const mixed::ScalerEpoch& e : scaler) skipped += e.skipped;
     // A second machine-readable line: what this chapter adds to the result line.
     std::printf("mixed: precision=%s loss_scaling=%s grad_bits=%d accumulate=%d bucket_bytes=%zu "
                 "ring_bytes_per_device=%.0f bytes_per_example=%.1f skipped_steps=%ld final_scale=%g loss=%s\n",
-                mp::name_of(mo.precision).c_str(), mo.loss_scaling ? "dynamic" : "none", mo.grad_bits, mo.accumulate,
-                mp::bucket_bytes(mo), wire, wire / step_examples, skipped, scaler.empty() ? 1.0 : scaler.back().scale,
+                mixed::name_of(mo.precision).c_str(), mo.loss_scaling ? "dynamic" : "none", mo.grad_bits, mo.accumulate,
+                mixed::bucket_bytes(mo), wire, wire / step_examples, skipped, scaler.empty() ? 1.0 : scaler.back().scale,
                 mo.mean_loss ? "mean" : "sum");
     if (mo.loss_scaling || mo.grad_bits == 16) {
-      const std::string csv = mp::write_scaler_csv(o.out, run, scaler);
+      const std::string csv = mixed::write_scaler_csv(o.out, run, scaler);
       std::printf("wrote %s\n", csv.c_str());
     }
   } catch (const std::exception& e) {

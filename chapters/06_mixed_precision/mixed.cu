@@ -6,7 +6,7 @@
 #include "../01_lenet/layers.h"
 #include "common/parallel.h"
 
-namespace mp {
+namespace mixed {
 namespace {
 
 using i64 = std::int64_t;
@@ -150,7 +150,7 @@ void for_each_chunk(const Device& d, lenet::Lanes& lanes, int n, F f) {
 
 void accumulate_gradients(const Device& d, Precision p, float loss_scale, lenet::Params& w, lenet::Params& g,
                           lenet::Lanes& lanes, const float* x, const std::int32_t* y, int n, lenet::Metrics& m) {
-  if (g.layout() != lenet::Layout::Flat) throw mgpu::Error("mp::accumulate_gradients: g must be stored Flat");
+  if (g.layout() != lenet::Layout::Flat) throw mgpu::Error("mixed::accumulate_gradients: g must be stored Flat");
   for (lenet::Params& lane_g : lanes.grads) lane_g.zero();
   for (lenet::Metrics& lm : lanes.metrics) lm.reset();
   for_each_chunk(d, lanes, n, [&](int lane, int start, int size) {
@@ -179,4 +179,4 @@ double evaluate_accuracy(const Device& d, Precision p, lenet::Params& w, lenet::
   return hits / data.count;
 }
 
-}  // namespace mp
+}  // namespace mixed

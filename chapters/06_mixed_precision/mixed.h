@@ -19,7 +19,7 @@
 #include "../01_lenet/lenet.h"
 #include "formats.h"
 
-namespace mp {
+namespace mixed {
 
 using mgpu::Device;
 
@@ -60,4 +60,4 @@ void accumulate_gradients(const Device& d, Precision p, float loss_scale, lenet:
 double evaluate_accuracy(const Device& d, Precision p, lenet::Params& w, lenet::Lanes& lanes,
                          const lenet::DeviceImages& data);
 
-}  // namespace mp
+}  // namespace mixed

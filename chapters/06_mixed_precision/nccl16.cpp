@@ -7,7 +7,7 @@
 #include "common/nccl.h"
 #include "mixed.h"
 
-namespace mp {
+namespace mixed {
 
 Nccl16Allreduce::Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format)
     : devices_(devices), format_(format), comms_(devices.size(), nullptr),
@@ -52,4 +52,4 @@ void Nccl16Allreduce::run(std::vector<dp::Replica>& replicas) {
     decode(*replicas[i].device, format_, wire_[i].data(), replicas[i].grads.flat(), n);
 }
 
-}  // namespace mp
+}  // namespace mixed

@@ -11,7 +11,7 @@
 #include "../02_data_parallel/data_parallel.h"
 #include "formats.h"
 
-namespace mp {
+namespace mixed {
 
 class Nccl16Allreduce : public dp::GradientAllreduce {
  public:
@@ -33,4 +33,4 @@ class Nccl16Allreduce : public dp::GradientAllreduce {
   int exceptions_before_;                          // as chapter 04's: abort, not finalize, while unwinding
 };
 
-}  // namespace mp
+}  // namespace mixed

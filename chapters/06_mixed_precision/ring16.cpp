@@ -4,7 +4,7 @@
 
 #include "mixed.h"
 
-namespace mp {
+namespace mixed {
 
 using mgpu::Elements;
 
@@ -87,4 +87,4 @@ void Ring16Allreduce::run(std::vector<dp::Replica>& replicas) {
   run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::flat_count())});
 }
 
-}  // namespace mp
+}  // namespace mixed

@@ -15,7 +15,7 @@
 #include "../03_ring_allreduce/ring.h"
 #include "formats.h"
 
-namespace mp {
+namespace mixed {
 
 class Ring16Allreduce : public dp::GradientAllreduce {
  public:
@@ -48,4 +48,4 @@ class Ring16Allreduce : public dp::GradientAllreduce {
   std::vector<std::unique_ptr<mgpu::Event>> step_done_;
 };
 
-}  // namespace mp
+}  // namespace mixed

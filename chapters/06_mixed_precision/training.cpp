@@ -19,7 +19,7 @@
 #define MGPU_CHAPTER06_NCCL 0
 #endif
 
-namespace mp {
+namespace mixed {
 
 std::string name_of(Precision p) {
   switch (p) {
@@ -322,4 +322,4 @@ std::string write_scaler_csv(const std::string& out, const std::string& run, con
   return csv;
 }
 
-}  // namespace mp
+}  // namespace mixed

@@ -22,7 +22,7 @@
 #include "formats.h"
 #include "loss_scaler.h"
 
-namespace mp {
+namespace mixed {
 
 // "fp32", "tf32", "bf16", "fp16" and back; nullopt for anything else.
 std::string name_of(Precision p);
@@ -117,4 +117,4 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
 // The epoch's scale, skipped steps and flushed fractions as <out>/<run>_scaler.csv.
 std::string write_scaler_csv(const std::string& out, const std::string& run, const std::vector<ScalerEpoch>& epochs);
 
-}  // namespace mp
+}  // namespace mixed

@@ -23,11 +23,11 @@
 namespace {
 
 struct ChapterOptions {
-  std::vector<int> cuts;  // --split; empty: mp::default_cuts
+  std::vector<int> cuts;  // --split; empty: pp::default_cuts
   bool split_given = false;
   int micro_batches = 4;
   bool micro_given = false;
-  mp::Schedule schedule = mp::Schedule::GPipe;
+  pp::Schedule schedule = pp::Schedule::GPipe;
   int replicas = 1;        // --data-parallel
   int profile_steps = 10;  // --profile-steps
 };
@@ -53,7 +53,7 @@ std::string parse_cuts(const std::string& flag, const std::string& v, std::vecto
     out.push_back(static_cast<int>(std::clamp<long long>(*n, -1000, 1000)));
   }
   if (out.empty()) return flag + " needs at least one layer number, got '" + v + "'";
-  const std::string why = mp::check_cuts(out);
+  const std::string why = pp::check_cuts(out);
   if (!why.empty()) return flag + " " + v + ": " + why;
   cuts = out;
   return "";
@@ -65,14 +65,14 @@ std::string check(ChapterOptions& c, const mgpu::Options& o) {
     return "--devices " + std::to_string(o.devices) + " is not a multiple of --data-parallel " +
            std::to_string(c.replicas) + ": every replica needs the same number of stages";
   const int stages = o.devices / c.replicas;
-  if (stages > mp::kLayers)
+  if (stages > pp::kLayers)
     return "--devices " + std::to_string(o.devices) + " with --data-parallel " + std::to_string(c.replicas) + " makes " +
-           std::to_string(stages) + " stages; LeNet has " + std::to_string(mp::kLayers) + " layers, at most 4 stages";
-  if (!c.split_given) c.cuts = mp::default_cuts(stages);
+           std::to_string(stages) + " stages; LeNet has " + std::to_string(pp::kLayers) + " layers, at most 4 stages";
+  if (!c.split_given) c.cuts = pp::default_cuts(stages);
   if (static_cast<int>(c.cuts.size()) != stages - 1)
     return "--split names " + std::to_string(c.cuts.size()) + " cut(s), but " + std::to_string(stages) + " stage(s) need " +
            std::to_string(stages - 1);
-  if (c.schedule == mp::Schedule::Naive) {
+  if (c.schedule == pp::Schedule::Naive) {
     if (c.micro_given && c.micro_batches != 1)
       return "--schedule naive runs the whole batch at once: --micro-batches must be 1, got " +
              std::to_string(c.micro_batches) + " (use gpipe or 1f1b)";
@@ -90,15 +90,15 @@ double now() { return mgpu::steady_seconds(); }
 
 // The timeline of one step as CSV (times in ms from the step's start) and as a PNG: one row per
 // device, a bar per forward, backward, copy and wait.
-void write_timeline(const std::vector<mp::Span>& spans, int step, const std::string& csv, const std::string& png,
+void write_timeline(const std::vector<pp::Span>& spans, int step, const std::string& csv, const std::string& png,
                     const std::string& title, int stages) {
   double t0 = 1e300;
   int devices = 0;
-  for (const mp::Span& s : spans)
+  for (const pp::Span& s : spans)
     if (s.step == step) t0 = std::min(t0, s.begin), devices = std::max(devices, s.replica * stages + s.stage + 1);
   std::ofstream f(csv);
   f << "replica,stage,device,kind,micro,begin_ms,end_ms\n";
-  for (const mp::Span& s : spans)
+  for (const pp::Span& s : spans)
     if (s.step == step)
       f << s.replica << ',' << s.stage << ',' << s.replica * stages + s.stage << ',' << s.kind << ',' << s.micro << ','
         << (s.begin - t0) * 1e3 << ',' << (s.end - t0) * 1e3 << '\n';
@@ -136,9 +136,9 @@ int main(int argc, char** argv) {
          return mgpu::integer_flag(c.micro_batches, 1)(flag, v);
        }},
       {"--schedule", [&c](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "naive") c.schedule = mp::Schedule::Naive;
-         else if (v == "gpipe") c.schedule = mp::Schedule::GPipe;
-         else if (v == "1f1b") c.schedule = mp::Schedule::OneFOneB;
+         if (v == "naive") c.schedule = pp::Schedule::Naive;
+         else if (v == "gpipe") c.schedule = pp::Schedule::GPipe;
+         else if (v == "1f1b") c.schedule = pp::Schedule::OneFOneB;
          else return flag + " must be 'naive', 'gpipe' or '1f1b', got '" + v + "'";
          return "";
        }},
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   }
   try {
     const int R = c.replicas, k = o.devices / R;
-    mp::PipelineConfig config;
+    pp::PipelineConfig config;
     config.cuts = c.cuts;
     config.micro_batches = c.micro_batches;
     config.schedule = c.schedule;
@@ -162,16 +162,16 @@ int main(int argc, char** argv) {
                 data.test.count);
     dp::check_batches_fit(data.train.count, o.batch_size, R);  // every replica gets part of every batch
 
-    mp::Pipeline pipeline(config, lenet::init_params(o.seed), o.batch_size);
+    pp::Pipeline pipeline(config, lenet::init_params(o.seed), o.batch_size);
     std::printf("backend %s, %d stage(s) x %d replica(s), schedule %s, %d micro-batch(es) of up to %d images\n%s",
-                mgpu::kBackendName, k, R, mp::name_of(c.schedule), c.micro_batches,
+                mgpu::kBackendName, k, R, pp::name_of(c.schedule), c.micro_batches,
                 (o.batch_size / R + c.micro_batches - 1) / c.micro_batches, pipeline.mapping().c_str());
     for (int s = 0; s < k; ++s)
       std::printf("stage %d keeps %d micro-batch(es) of activations: %.2f MB\n", s, pipeline.slots(s),
                   pipeline.activation_bytes(s) / 1e6);
     pipeline.set_training_data(data.train);
 
-    std::string run = chapter.name + "_k" + std::to_string(k) + "_" + mp::name_of(c.schedule) + "_m" +
+    std::string run = chapter.name + "_k" + std::to_string(k) + "_" + pp::name_of(c.schedule) + "_m" +
                       std::to_string(c.micro_batches) + (R > 1 ? "_r" + std::to_string(R) : "");
     mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
     mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
@@ -198,19 +198,19 @@ int main(int argc, char** argv) {
 
     if (c.profile_steps > 0) {
       // The bubble: a few more steps of the last epoch's order, each device's spans timed.
-      std::vector<mp::Span> spans;
+      std::vector<pp::Span> spans;
       const int n = std::min(o.batch_size, data.train.count);
       pipeline.step(0, n, o.lr);  // warm-up, untimed
       for (int i = 0; i < c.profile_steps; ++i) pipeline.step(0, n, o.lr, &spans);
       const int m = std::min(c.micro_batches, n / R);
-      const mp::Bubble b = mp::measure_bubble(spans, k, m);
-      const std::vector<double> predicted = mp::predicted_idle(b.stage_time, m);
+      const pp::Bubble b = pp::measure_bubble(spans, k, m);
+      const std::vector<double> predicted = pp::predicted_idle(b.stage_time, m);
       std::printf("\nthe bubble over %d steps of %d images (replica 0; a step lasts %.2f ms):\n", c.profile_steps, n,
                   b.step_seconds * 1e3);
       for (int s = 0; s < k; ++s)
         std::printf("bubble: schedule=%s stages=%d micro_batches=%d replicas=%d stage=%d busy=%.3f idle=%.3f "
                     "formula=%.3f predicted=%.3f stage_ms=%.3f step_ms=%.3f activation_mb=%.3f\n",
-                    mp::name_of(c.schedule), k, m, R, s, b.busy[s], b.idle[s], mp::bubble_formula(k, m), predicted[s],
+                    pp::name_of(c.schedule), k, m, R, s, b.busy[s], b.idle[s], pp::bubble_formula(k, m), predicted[s],
                     b.stage_time[s] * 1e3, b.step_seconds * 1e3, pipeline.activation_bytes(s) / 1e6);
       std::printf("(formula: (k-1)/(m+k-1), equal stages; predicted: the same with each stage's measured time)\n");
       const std::filesystem::path out(o.out);

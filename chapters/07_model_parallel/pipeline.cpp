@@ -6,7 +6,7 @@
 #include "../02_data_parallel/data_parallel.h"  // dp::shard_sizes, dp::Allreduce (the hybrid's collective)
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
-namespace mp {
+namespace pp {
 
 using lenet::Activation;
 using lenet::ImageShape;
@@ -650,4 +650,4 @@ Bubble measure_bubble(const std::vector<Span>& spans, int stages, int m) {
   return b;
 }
 
-}  // namespace mp
+}  // namespace pp

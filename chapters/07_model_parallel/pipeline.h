@@ -26,7 +26,7 @@ namespace dp {
 class Allreduce;  // chapter 02's collective (data_parallel.h)
 }
 
-namespace mp {
+namespace pp {
 
 using mgpu::Device;
 
@@ -166,4 +166,4 @@ struct Bubble {
 // backward spans over each step's length (its first span's begin to its last span's end).
 Bubble measure_bubble(const std::vector<Span>& spans, int stages, int micro_batches);
 
-}  // namespace mp
+}  // namespace pp
