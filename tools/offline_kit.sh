@@ -183,6 +183,11 @@ if [ -z "${NCCL_ROOT:-}" ] && [ ! -f "$mgpu_cuda/include/nccl.h" ]; then
     export LD_LIBRARY_PATH="$NCCL_ROOT/lib:$LD_LIBRARY_PATH"
   fi
 fi
+# CMake's default generator runs make; a machine with ninja and no make (pip's ninja, say)
+# builds with ninja instead.
+if [ -z "${CMAKE_GENERATOR:-}" ] && ! command -v make >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
+  export CMAKE_GENERATOR=Ninja
+fi
 unset mgpu_kit mgpu_kit_libs mgpu_cuda mgpu_nccl
 EOF
 
