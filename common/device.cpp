@@ -597,8 +597,14 @@ std::string DeviceSet::mapping() const {
       const int threads = lanes_per_device(d);
       out << " (host memory, a stream and " << threads << " thread" << (threads > 1 ? "s" : "") << " of its own)";
     } else {
-      // Round-robin: the first device placed on this GPU is the one with index == gpu.
-      if (d.index != d.gpu) out << " (shared with device " << d.gpu << ")";
+      // The first device placed on this GPU (round-robin or an explicit list, as chapter 05's).
+      for (const Device& earlier : devices_) {
+        if (earlier.index >= d.index) break;
+        if (earlier.gpu == d.gpu) {
+          out << " (shared with device " << earlier.index << ")";
+          break;
+        }
+      }
     }
     out << "\n";
   }

@@ -63,4 +63,15 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
 #endif
 }
 
+void use_tf32(const DeviceSet& devices, bool on) {
+#if MGPU_CUDA
+  for (int i = 0; i < devices.size(); ++i) {
+    activate(devices[i]);
+    MGPU_CHECK_CUBLAS(cublasSetMathMode(devices[i].blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
+#else
+  (void)devices, (void)on;
+#endif
+}
+
 }  // namespace mgpu

@@ -13,4 +13,10 @@ enum class Transpose { No, Yes };
 void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha,
           const float* A, const float* B, float beta, float* C);
 
+// Whether the devices' GEMMs may read their fp32 inputs as TF32 (10-bit mantissa) on a GPU's
+// tensor cores, cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH; off is plain fp32. The math mode belongs to
+// each device's cuBLAS handle, so it holds for every later GEMM on these devices until set
+// again: set it, both ways, wherever a training chooses. The cpu build computes fp32 either way.
+void use_tf32(const DeviceSet& devices, bool on);
+
 }  // namespace mgpu

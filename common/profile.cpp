@@ -60,7 +60,11 @@ KernelProfile::~KernelProfile() {
 #endif
 }
 
-KernelProfile* KernelProfile::of(const Device& d) { return active && d.id == active_device ? active : nullptr; }
+// The device and its stream: a SideStream's device has the same id and another stream, and
+// work queued there is not timed (the events would land on the wrong stream).
+KernelProfile* KernelProfile::of(const Device& d) {
+  return active && d.id == active_device && d.stream == active->impl_->device->stream ? active : nullptr;
+}
 
 int KernelProfile::begin(const std::string& name, double flops, double bytes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);

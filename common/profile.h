@@ -1,6 +1,6 @@
 // A per-kernel profile of the work one device does: every kernel (for_each_index and
-// for_each_span functors), GEMM and memset queued on the device while a KernelProfile for it
-// is alive is timed, and table() groups the calls by name:
+// for_each_span functors), GEMM and memset queued on the device's stream (not a SideStream's)
+// while a KernelProfile for it is alive is timed, and table() groups the calls by name:
 //
 //   kernel            calls   time (us)   share   GFLOP/s    GB/s
 //   gemm 50x648x500       1       412.3    21.5%     78.6

@@ -8,6 +8,7 @@
 
 #include "common/batches.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/gemm.h"  // use_tf32
 #include "common/timer.h"
 #include "mixed.h"
 #include "ring16.h"
@@ -131,15 +132,11 @@ MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& m
     found_inf_.emplace_back(devices[i], 1);
   }
   if (mo.loss_scaling) scaler_.emplace(mo.scaler);
-#if MGPU_CUDA
   // tf32 on a GPU: cuBLAS may run its fp32 GEMMs on tensor cores, which read tf32 inputs (the
   // rounding this chapter also does itself, so the numbers are the same). For bf16 and fp16 the
   // GEMMs stay cublasSgemm on rounded inputs: the same arithmetic, not yet the tensor cores'
-  // speed (README, "On a GPU").
-  if (mo.precision == Precision::TF32)
-    for (int i = 0; i < devices.size(); ++i)
-      MGPU_CHECK_CUBLAS(cublasSetMathMode(devices[i].blas, CUBLAS_TF32_TENSOR_OP_MATH));
-#endif
+  // speed (README, "On a GPU"). Set both ways: the mode stays with the devices' cuBLAS handles.
+  mgpu::use_tf32(devices, mo.precision == Precision::TF32);
 }
 
 bool MixedTrainer::step(std::vector<dp::DeviceData>& data, int first, int n, float lr) {

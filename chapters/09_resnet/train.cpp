@@ -9,6 +9,7 @@
 #include "../02_data_parallel/data_parallel.h"
 #include "../03_ring_allreduce/ring.h"
 #include "common/batches.h"
+#include "common/gemm.h"  // use_tf32
 #include "common/timer.h"
 #if MGPU_HAVE_NCCL
 #include "../04_nccl/nccl_allreduce.h"
@@ -64,16 +65,6 @@ std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network
   return replicas;
 }
 
-void use_tf32(const mgpu::DeviceSet& devices, bool on) {
-#if MGPU_CUDA
-  for (int i = 0; i < devices.size(); ++i) {
-    mgpu::activate(devices[i]);
-    MGPU_CHECK_CUBLAS(cublasSetMathMode(devices[i].blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-  }
-#else
-  (void)devices, (void)on;  // the cpu build computes in fp32 (main says so)
-#endif
-}
 
 // d2l's split_batch: the n examples order[first .. first + n) of the epoch, shard i (the next
 // shard_sizes(n, k)[i] of them) gathered by device i from its own copy of the data.
@@ -248,7 +239,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   const int k = devices.size();
   dp::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
-  use_tf32(devices, ro.tf32);
+  mgpu::use_tf32(devices, ro.tf32);
   const int capacity = dp::shard_sizes(o.batch_size, k)[0];  // the largest shard
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
@@ -290,7 +281,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   const int k = devices.size(), n = std::min(o.batch_size, data.train.count);
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
-  use_tf32(devices, ro.tf32);
+  mgpu::use_tf32(devices, ro.tf32);
   std::vector<Replica> replicas =
       make_replicas(devices, net, dp::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
@@ -318,7 +309,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
                       std::to_string(data.train.count) + " training images");
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
-  use_tf32(devices, ro.tf32);
+  mgpu::use_tf32(devices, ro.tf32);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   const std::vector<int> sizes = dp::shard_sizes(n, k);
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
