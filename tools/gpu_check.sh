@@ -378,10 +378,12 @@ lines_after() {  # heading log
 run_test_suite() {
   selected ctest || return 0
   local title="the whole test suite (ctest)"
-  # Left out: this script's own tests (label gpu_check), and those that compare with PyTorch
-  # (label torch: they skip where python3-torch is missing, which says nothing about the GPUs).
-  local -a ctest=(ctest --test-dir "$build_dir" --output-on-failure -j "$cores" -LE '^(gpu_check|torch)$')
-  local note="The whole suite but this script's own tests (label \`gpu_check\`) and the PyTorch comparisons (label \`torch\`); on a GPU machine no test may fail or be skipped."
+  # Left out: this script's own tests (label gpu_check), and those that skip for reasons that
+  # say nothing about the GPUs: the comparisons with PyTorch (label torch: without
+  # python3-torch), the runs under SLURM (label scheduler: without SLURM, or not as root) and
+  # the offline kit's check (label offline_kit: without root or Debian's registry). CI runs them.
+  local -a ctest=(ctest --test-dir "$build_dir" --output-on-failure -j "$cores" -LE '^(gpu_check|torch|scheduler|offline_kit)$')
+  local note="The whole suite but this script's own tests (label \`gpu_check\`), the PyTorch comparisons (label \`torch\`), the runs under SLURM (label \`scheduler\`) and the offline kit's check (label \`offline_kit\`); on a GPU machine no test may fail or be skipped."
   if [[ "$mode" == no-gpu ]]; then
     # Without a GPU only a fast subset runs (each program's --help): enough to show that
     # ctest's report is read right; the whole suite is the build's own business. It runs from
