@@ -1,6 +1,8 @@
 #include "gemm.h"
 
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "profile.h"
 
@@ -8,12 +10,37 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include <mutex>
-
 #include "cpu_stream.h"
 #endif
 
 namespace mgpu {
+
+namespace {
+// Each device's GEMM precision, by device id (ids are never reused: a new device starts at the
+// default, Fp32). Written before a training queues work, read by every gemm call.
+std::mutex precision_mutex;
+std::unordered_map<int, GemmPrecision> precision_by_device;
+}  // namespace
+
+const char* to_string(GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::Fp32: return "fp32";
+    case GemmPrecision::Tf32: return "tf32";
+    case GemmPrecision::Bf16: return "bf16";
+  }
+  return "?";
+}
+
+void set_gemm_precision(const DeviceSet& devices, GemmPrecision p) {
+  std::lock_guard<std::mutex> lock(precision_mutex);
+  for (int i = 0; i < devices.size(); ++i) precision_by_device[devices[i].id] = p;
+}
+
+GemmPrecision gemm_precision(const Device& d) {
+  std::lock_guard<std::mutex> lock(precision_mutex);
+  const auto it = precision_by_device.find(d.id);
+  return it == precision_by_device.end() ? GemmPrecision::Fp32 : it->second;
+}
 
 void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha,
           const float* A, const float* B, float beta, float* C) {
@@ -35,9 +62,11 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   check_owned(d, C, bytes(M, N), "gemm (C)");
   // Named by its shape in a profile: each of LeNet's products is its own row.
   KernelProfile* profile = KernelProfile::of(d);
+  const GemmPrecision precision = kCudaBackend ? gemm_precision(d) : GemmPrecision::Fp32;
   const int call = profile ? profile->begin("gemm " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                                 std::to_string(K) + (ta == Transpose::Yes ? " T" : " N") +
-                                                (tb == Transpose::Yes ? "T" : "N"),
+                                                (tb == Transpose::Yes ? "T" : "N") +
+                                                (precision == GemmPrecision::Fp32 ? "" : std::string(" ") + to_string(precision)),
                                             2.0 * M * N * K, double(bytes(M, K) + bytes(K, N) + 2 * bytes(M, N)))
                           : -1;
 #if MGPU_CUDA
@@ -46,7 +75,14 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   const cublasOperation_t opA = ta == Transpose::No ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t opB = tb == Transpose::No ? CUBLAS_OP_N : CUBLAS_OP_T;
   activate(d);
-  MGPU_CHECK_CUBLAS(cublasSgemm(d.blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  if (precision == GemmPrecision::Fp32) {
+    MGPU_CHECK_CUBLAS(cublasSgemm(d.blas, opB, opA, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  } else {  // the same product, with fp32 arrays the tensor cores may read in fewer bits
+    const cublasComputeType_t compute =
+        precision == GemmPrecision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_FAST_16BF;
+    MGPU_CHECK_CUBLAS(cublasGemmEx(d.blas, opB, opA, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta,
+                                   C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+  }
   if (profile) profile->end(call);
 #else
   const CBLAS_TRANSPOSE opA = ta == Transpose::No ? CblasNoTrans : CblasTrans;
@@ -60,17 +96,6 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
     if (!omp_in_parallel() && omp_get_max_threads() > 1) lock.lock();
     run_timed(profile, call, [&] { cblas_sgemm(CblasRowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   });
-#endif
-}
-
-void use_tf32(const DeviceSet& devices, bool on) {
-#if MGPU_CUDA
-  for (int i = 0; i < devices.size(); ++i) {
-    activate(devices[i]);
-    MGPU_CHECK_CUBLAS(cublasSetMathMode(devices[i].blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-  }
-#else
-  (void)devices, (void)on;
 #endif
 }
 

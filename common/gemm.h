@@ -13,10 +13,20 @@ enum class Transpose { No, Yes };
 void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha,
           const float* A, const float* B, float beta, float* C);
 
-// Whether the devices' GEMMs may read their fp32 inputs as TF32 (10-bit mantissa) on a GPU's
-// tensor cores, cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH; off is plain fp32. The math mode belongs to
-// each device's cuBLAS handle, so it holds for every later GEMM on these devices until set
-// again: set it, both ways, wherever a training chooses. The cpu build computes fp32 either way.
-void use_tf32(const DeviceSet& devices, bool on);
+// What a device's GEMMs do with their fp32 inputs on a GPU (the arrays stay fp32 in memory):
+//   Fp32  multiply them as they are: cublasSgemm (the default)
+//   Tf32  let the tensor cores read them as TF32 (10-bit mantissa; fp32 accumulation):
+//         cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32
+//   Bf16  let the tensor cores read them as bf16 (7-bit mantissa; fp32 accumulation), or as TF32
+//         where cuBLAS finds that faster: CUBLAS_COMPUTE_32F_FAST_16BF. The arithmetic of chapter
+//         06's bf16 GEMMs, at the tensor cores' rate.
+// The cpu build multiplies in fp32 whatever is set: its BLAS has no such mode.
+enum class GemmPrecision { Fp32, Tf32, Bf16 };
+const char* to_string(GemmPrecision p);  // "fp32", "tf32", "bf16"
+
+// Sets the precision of every later GEMM on these devices (and on their side streams) until set
+// again; a new DeviceSet's devices start at Fp32. Set it before queueing work on the devices.
+void set_gemm_precision(const DeviceSet& devices, GemmPrecision p);
+GemmPrecision gemm_precision(const Device& d);
 
 }  // namespace mgpu

@@ -25,7 +25,7 @@ expect_exit(09_resnet width_text    2 stderr "--width needs an integer, got 'wid
 expect_exit(09_resnet width_big     2 stderr "--width must be at most 1024, got 2048" --width 2048)
 expect_exit(09_resnet bn_bad        2 stderr "--bn must be 'device' or 'sync', got 'global'" --bn global)
 expect_exit(09_resnet allreduce_bad 2 stderr "--allreduce must be 'ring', 'naive' or 'nccl', got 'tree'" --allreduce tree)
-expect_exit(09_resnet tf32_bad      2 stderr "--tf32 must be 'on' or 'off', got 'yes'" --tf32 yes)
+expect_exit(09_resnet precision_bad 2 stderr "--precision must be 'fp32', 'tf32' or 'bf16', got 'fp16'" --precision fp16)
 expect_exit(09_resnet profile_bad   2 stderr "--profile must be 'on' or 'off', got '1'" --profile 1)
 expect_exit(09_resnet dump_empty    2 stderr "--dump-step needs a directory" --dump-step=)
 expect_exit(09_resnet batch_small   2 stderr "--batch-size 1 is smaller than --devices 2" --batch-size 1 --devices 2)
@@ -38,6 +38,9 @@ expect_exit(09_resnet last_batch_small 1 stderr "leave a last batch of 1 example
 # Short runs: one device; two devices with SyncBN through chapter 02's naive collective; the
 # one-step profile; a dump for crosscheck.py.
 expect_exit(09_resnet run_k1        0 stdout "result: chapter=09_resnet .*devices=1 .*test_acc=" ${resnet_short})
+# --precision bf16: the GEMMs' inputs on tensor cores on a GPU; the cpu build says it multiplies fp32.
+expect_exit(09_resnet run_bf16      0 stdout "GEMMs: (fp32 .--precision chooses for GPUs only.|bf16 inputs on tensor cores).*result: chapter=09_resnet"
+            ${resnet_short} --precision bf16)
 expect_exit(09_resnet run_k2_sync   0 stdout "SyncBN.*naive.*result: chapter=09_resnet .*devices=2 "
             ${resnet_short} --devices 2 --bn sync --allreduce naive --batch-size 64)
 expect_exit(09_resnet profile       0 stdout "device 0's kernels.*Im2col.*without the profile's timers"

@@ -109,6 +109,52 @@ TEST_CASE("gemm matches the textbook triple loop, for every combination of trans
                   mgpu::Error);
 }
 
+TEST_CASE("gemm precision: a device starts at fp32; tf32 and bf16 products stay within their rounding") {
+  mgpu::DeviceSet devices(2);
+  using mgpu::GemmPrecision;
+  CHECK(mgpu::gemm_precision(devices[0]) == GemmPrecision::Fp32);
+  mgpu::set_gemm_precision(devices, GemmPrecision::Bf16);
+  CHECK(mgpu::gemm_precision(devices[0]) == GemmPrecision::Bf16);
+  CHECK(mgpu::gemm_precision(devices[1]) == GemmPrecision::Bf16);
+  {
+    mgpu::DeviceSet others(1);  // what one DeviceSet chose is not another's
+    CHECK(mgpu::gemm_precision(others[0]) == GemmPrecision::Fp32);
+  }
+
+  // C [64][48] = A [64][96] B [96][48], values in [-1, 1): each product has ~96 terms.
+  const mgpu::Device& d = devices[0];
+  mgpu::Rng rng(7);
+  const int M = 64, N = 48, K = 96;
+  const std::vector<float> A = random_floats(M * K, rng), B = random_floats(K * N, rng);
+  ref::Tensor want(M * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double sum = 0;
+      for (int k = 0; k < K; ++k) sum += double(A[m * K + k]) * B[k * N + n];
+      want[m * N + n] = sum;
+    }
+  const mgpu::Buffer<float> A_d = on_device(d, A), B_d = on_device(d, B);
+  auto product = [&](GemmPrecision p) {
+    mgpu::set_gemm_precision(devices, p);
+    mgpu::Buffer<float> C(d, std::size_t(M) * N);
+    mgpu::gemm(d, mgpu::Transpose::No, mgpu::Transpose::No, M, N, K, 1.0f, A_d.data(), B_d.data(), 0.0f, C.data());
+    return C.download();
+  };
+  const std::vector<float> fp32 = product(GemmPrecision::Fp32);
+  check_close(fp32, want, kTol, "fp32 C [64][48]");
+  // Each input rounded to 10 (tf32) or 7 (bf16) bits of mantissa is off by at most 2^-11 or
+  // 2^-8 of itself, a product by twice that; the errors of ~96 terms partly cancel. The
+  // tolerances are a few times that, relative to C's scale.
+  const std::vector<float> tf32 = product(GemmPrecision::Tf32), bf16 = product(GemmPrecision::Bf16);
+  check_close(tf32, want, 2e-3, "tf32 C [64][48]");
+  check_close(bf16, want, 1.5e-2, "bf16 C [64][48]");
+  if (!mgpu::kCudaBackend) {  // the cpu build multiplies in fp32 whatever is set: the same bits
+    CHECK(tf32 == fp32);
+    CHECK(bf16 == fp32);
+  }
+  mgpu::set_gemm_precision(devices, GemmPrecision::Fp32);
+}
+
 // ------------------------------------------------------------------------------ the layers
 
 // A convolution to test: input x [C][B][H][W], out_channels filters of k x k.

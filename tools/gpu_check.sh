@@ -699,12 +699,16 @@ run_chapters() {
   fi
 
   # Chapter 09: d2l 13.6's ResNet-18 with its recipe (the program's default lr is 0.1), with one
-  # step's kernel table; TF32 beside fp32; SyncBN on 2 logical devices of one GPU; d2l's 2-GPU
-  # recipe per device and with SyncBN on all GPUs where there are more.
+  # step's kernel table; TF32 and bf16 GEMMs beside fp32; SyncBN on 2 logical devices of one
+  # GPU; d2l's 2-GPU recipe per device and with SyncBN on all GPUs where there are more.
   run_training 09_resnet_1dev "chapter 09 (ResNet-18) on 1 $where, with one step's kernel table" \
     "$bin/09_resnet" --devices 1 --profile on "${resnet_options[@]}" --out "$(out_for 09_resnet_1dev)"
-  run_training 09_resnet_1dev_tf32 "chapter 09 on 1 $where, GEMMs on TF32 tensor cores" \
-    "$bin/09_resnet" --devices 1 --tf32 on "${resnet_more[@]}" --out "$(out_for 09_resnet_1dev_tf32)"
+  local gemm_precision
+  for gemm_precision in tf32 bf16; do
+    run_training "09_resnet_1dev_$gemm_precision" "chapter 09 on 1 $where, GEMM inputs read as $gemm_precision by tensor cores" \
+      "$bin/09_resnet" --devices 1 --precision "$gemm_precision" "${resnet_more[@]}" \
+      --out "$(out_for "09_resnet_1dev_$gemm_precision")"
+  done
   add_kernel_table 09_resnet_1dev 'kernels [(]'
   local sync_title="chapter 09, SyncBN on 2 logical devices on GPU $first_gpu"
   [[ "$mode" == no-gpu ]] && sync_title="chapter 09, SyncBN on 2 logical devices (no GPU)"

@@ -8,7 +8,7 @@
 
 #include "common/batches.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
-#include "common/gemm.h"  // use_tf32
+#include "common/gemm.h"  // set_gemm_precision
 #include "common/timer.h"
 #include "mixed.h"
 #include "ring16.h"
@@ -135,8 +135,9 @@ MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& m
   // tf32 on a GPU: cuBLAS may run its fp32 GEMMs on tensor cores, which read tf32 inputs (the
   // rounding this chapter also does itself, so the numbers are the same). For bf16 and fp16 the
   // GEMMs stay cublasSgemm on rounded inputs: the same arithmetic, not yet the tensor cores'
-  // speed (README, "On a GPU"). Set both ways: the mode stays with the devices' cuBLAS handles.
-  mgpu::use_tf32(devices, mo.precision == Precision::TF32);
+  // speed (README, "On a GPU"). Set both ways: it stays with the devices for later GEMMs.
+  mgpu::set_gemm_precision(devices, mo.precision == Precision::TF32 ? mgpu::GemmPrecision::Tf32
+                                                                    : mgpu::GemmPrecision::Fp32);
 }
 
 bool MixedTrainer::step(std::vector<dp::DeviceData>& data, int first, int n, float lr) {

@@ -533,9 +533,10 @@ def main():
           + ("" if args.no_float64 else "; f64 columns: distance from the float64 step, same scale as rel err"))
     print(f"rel err = max|C++ - torch| / max|torch|; passes when <= {args.tolerance:g}"
           + ("" if args.no_float64 else " (for gradients: once the ReLU ties are taken out)"))
-    if meta.get("tf32") == "on":
-        print("note: the dump was made with --tf32 on: its GEMMs round inputs to 10-bit mantissas, "
-              "so expect errors near 1e-3 to 1e-2 (try --tolerance 3e-2)")
+    if meta.get("precision", "fp32") != "fp32":
+        print(f"note: the dump was made on a GPU with --precision {meta['precision']}: its GEMMs read their inputs "
+              "with 10-bit (tf32) or 7-bit (bf16) mantissas, so expect errors near 1e-3 (tf32) to 1e-2 (bf16) "
+              "(try --tolerance 3e-2)")
 
     net32 = load_net(meta, params, state, torch.float32)
     ref, rec32 = reference_step(net32, X, y, meta)

@@ -35,7 +35,10 @@ int main(int argc, char** argv) {
                 ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
                                                      : "per device (as d2l's nn.DataParallel)",
                 resnet::name_of(ro.collective).c_str(),
-                !ro.tf32 ? "fp32" : mgpu::kCudaBackend ? "tf32 tensor cores" : "fp32 (--tf32 is a GPU mode)");
+                ro.precision == mgpu::GemmPrecision::Fp32 ? "fp32"
+                : mgpu::kCudaBackend ? (ro.precision == mgpu::GemmPrecision::Tf32 ? "tf32 inputs on tensor cores"
+                                                                                  : "bf16 inputs on tensor cores")
+                                     : "fp32 (--precision chooses for GPUs only)");
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
@@ -50,9 +53,12 @@ int main(int argc, char** argv) {
       resnet::dump_step(devices, data, o, ro);
       return 0;
     }
-    // The files are named after what changes: 09_resnet_w16_k2_syncbn.csv
+    // The files are named after what changes: 09_resnet_w16_k2_syncbn.csv, 09_resnet_w64_k1_bf16.csv
+    // (the precision only where the GEMMs used it: on a GPU).
+    const bool reduced = mgpu::kCudaBackend && ro.precision != mgpu::GemmPrecision::Fp32;
     const std::string run = chapter.name + "_w" + std::to_string(ro.width) + "_k" + std::to_string(o.devices) +
-                             (ro.bn == resnet::BatchNormMode::Sync ? "_syncbn" : "");
+                             (ro.bn == resnet::BatchNormMode::Sync ? "_syncbn" : "") +
+                             (reduced ? std::string("_") + mgpu::to_string(ro.precision) : "");
     mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
     resnet::train(devices, data, o, ro, log);
     log.finish();

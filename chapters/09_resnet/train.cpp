@@ -9,7 +9,6 @@
 #include "../02_data_parallel/data_parallel.h"
 #include "../03_ring_allreduce/ring.h"
 #include "common/batches.h"
-#include "common/gemm.h"  // use_tf32
 #include "common/timer.h"
 #if MGPU_HAVE_NCCL
 #include "../04_nccl/nccl_allreduce.h"
@@ -178,8 +177,9 @@ const char* const kResnetUsage =
     "                     or summed over all devices (SyncBN)\n"
     "  --allreduce ring|naive|nccl  the collective for gradients and SyncBN's sums (default:\n"
     "                     nccl in a cuda build with NCCL and one GPU per device, else ring)\n"
-    "  --tf32 on|off      cuda build: GEMMs on TF32 tensor cores (default off); the cpu build\n"
-    "                     computes in fp32 either way\n"
+    "  --precision fp32|tf32|bf16  cuda build: the GEMMs multiply fp32 (default), or let the\n"
+    "                     tensor cores read their inputs as tf32 or bf16 (chapter 06; fp32\n"
+    "                     accumulation either way); the cpu build computes in fp32 whatever is chosen\n"
     "  --profile on|off   before training, time one step kernel by kernel on device 0 and\n"
     "                     print the table (default off)\n"
     "  --dump-step DIR    run one training step on the first --batch-size images, write its\n"
@@ -203,10 +203,12 @@ mgpu::FlagTable resnet_flags(ResnetOptions& ro) {
          ro.collective_given = true;
          return "";
        }},
-      {"--tf32",
+      {"--precision",
        [&ro](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-         ro.tf32 = v == "on";
+         if (v == "fp32") ro.precision = mgpu::GemmPrecision::Fp32;
+         else if (v == "tf32") ro.precision = mgpu::GemmPrecision::Tf32;
+         else if (v == "bf16") ro.precision = mgpu::GemmPrecision::Bf16;
+         else return flag + " must be 'fp32', 'tf32' or 'bf16', got '" + v + "'";
          return "";
        }},
       {"--profile",
@@ -239,7 +241,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   const int k = devices.size();
   dp::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
-  mgpu::use_tf32(devices, ro.tf32);
+  mgpu::set_gemm_precision(devices, ro.precision);
   const int capacity = dp::shard_sizes(o.batch_size, k)[0];  // the largest shard
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
@@ -281,7 +283,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   const int k = devices.size(), n = std::min(o.batch_size, data.train.count);
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
-  mgpu::use_tf32(devices, ro.tf32);
+  mgpu::set_gemm_precision(devices, ro.precision);
   std::vector<Replica> replicas =
       make_replicas(devices, net, dp::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
@@ -309,7 +311,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
                       std::to_string(data.train.count) + " training images");
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
-  mgpu::use_tf32(devices, ro.tf32);
+  mgpu::set_gemm_precision(devices, ro.precision);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   const std::vector<int> sizes = dp::shard_sizes(n, k);
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
@@ -367,7 +369,8 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   std::ofstream meta(dir / "meta.txt");
   meta << "width=" << ro.width << "\ndevices=" << k << "\nbn=" << name_of(ro.bn) << "\nbatch=" << n << "\nshards=";
   for (int i = 0; i < k; ++i) meta << (i ? "," : "") << sizes[i];
-  meta << "\nmomentum=" << kBatchNormMomentum << "\neps=" << kBatchNormEps << "\ntf32=" << (ro.tf32 ? "on" : "off")
+  meta << "\nmomentum=" << kBatchNormMomentum << "\neps=" << kBatchNormEps << "\nprecision="
+       << (mgpu::kCudaBackend ? mgpu::to_string(ro.precision) : "fp32")  // what the GEMMs did
        << "\nbackend=" << mgpu::kBackendName << "\n";
   if (!meta) throw mgpu::Error("cannot write " + (dir / "meta.txt").string());
   std::printf("wrote one training step of %d images on %d device(s), BatchNorm %s, to %s\n"

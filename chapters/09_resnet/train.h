@@ -8,6 +8,7 @@
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
+#include "common/gemm.h"
 #include "common/profile.h"
 #include "common/report.h"
 #include "resnet.h"
@@ -28,7 +29,7 @@ struct ResnetOptions {
   BatchNormMode bn = BatchNormMode::PerDevice;
   Collective collective = Collective::Ring;
   bool collective_given = false;  // --allreduce given (else: NCCL where it can run, the ring elsewhere)
-  bool tf32 = false;              // cuBLAS's TF32 tensor-core GEMMs (cuda build)
+  mgpu::GemmPrecision precision = mgpu::GemmPrecision::Fp32;  // --precision: the GEMMs' (cuda build)
   std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py
   bool profile = false;           // --profile on: one step, kernel by kernel, before training
 };
