@@ -114,7 +114,8 @@ for package in "${packages[@]}"; do
   dpkg-deb -x "$deb" "$kit/root"
 done
 
-# Debian 12 keeps some libraries in /lib and others in /usr/lib; the kit has one folder of each.
+# Debian 12 unpacks some libraries into /lib/x86_64-linux-gnu (zlib's) and others into
+# /usr/lib/x86_64-linux-gnu: the kit keeps them all in the second, the one env.sh names.
 readonly arch_libs=usr/lib/x86_64-linux-gnu
 if [[ -d "$kit/root/lib/x86_64-linux-gnu" ]]; then
   mkdir -p "$kit/root/$arch_libs"
