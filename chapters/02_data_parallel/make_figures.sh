@@ -12,14 +12,16 @@
 #   lr        d2l's exercise 2: final test accuracy against the learning rate for 1, 2 and 4
 #             devices at a fixed batch per device (64, so the global batch is 64, 128, 256), with
 #             the rate given per 64 examples and scaled linearly with the global batch, and the
-#             4-device sweep once more with one epoch of warm-up (--warmup-epochs 1).
+#             4-device sweep once more with one epoch of warm-up (--warmup-epochs 1); then the
+#             4-device sweeps again with 4 times the epochs, which gives them as many steps as
+#             1 device takes: what the larger batch lacks, steps or a smaller rate.
 #
 # Usage (from anywhere, after building):
 #   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] curves|scaling|lr|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: smaller runs, to see that everything works.
-# Takes (cpu backend, 2 cores): curves about 2.5 minutes, scaling about 4, lr about 8; run nothing
-# else meanwhile.
+# Takes (cpu backend, 2 cores): curves about 2.5 minutes, scaling about 4, lr about 16; run
+# nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
 figures_parse "curves|scaling|lr" "$@"
@@ -146,48 +148,59 @@ PLOT
 lr_sweep() {
   local limit=20480 epochs=3 bases="0.025 0.05 0.1 0.2 0.4"
   [ "$quick" = 1 ] && limit=5120 epochs=2 bases="0.05 0.2"
-  local common=(--limit-train "$limit" --epochs "$epochs")
+  # 4 devices take a quarter of 1 device's steps per epoch: 4 times the epochs give them as many.
+  local long=$((4 * epochs))
   local rows=$runs/lr_rows.csv
   : >"$rows"
+  # sweep_run NAME DEVICES EPOCHS WARMUP BASE: one run, and its row of the CSV
+  sweep_run() {
+    local name=$1 k=$2 e=$3 warmup=$4 base=$5 lr
+    lr=$(awk -v b="$base" -v k="$k" 'BEGIN { print b * k }')
+    if [ "$warmup" = none ]; then
+      run "$name" --devices "$k" --batch-size $((64 * k)) --lr "$lr" --limit-train "$limit" --epochs "$e"
+    else
+      run "$name" --devices "$k" --batch-size $((64 * k)) --lr "$lr" --limit-train "$limit" --epochs "$e" --warmup-epochs 1
+    fi
+    echo "$k,$warmup,$e,$base,$lr,$((64 * k)),$(result_field "$runs/$name.log" "$k" test_acc)" >>"$rows"
+  }
   for base in $bases; do
-    for k in 1 2 4; do
-      local lr; lr=$(awk -v b="$base" -v k="$k" 'BEGIN { print b * k }')
-      run "lr_${base}_k$k" --devices "$k" --batch-size $((64 * k)) --lr "$lr" "${common[@]}"
-      echo "$k,none,$base,$lr,$((64 * k)),$(result_field "$runs/lr_${base}_k$k.log" "$k" test_acc)" >>"$rows"
-    done
-    local lr4; lr4=$(awk -v b="$base" 'BEGIN { print b * 4 }')
-    run "lr_${base}_k4_warmup" --devices 4 --batch-size 256 --lr "$lr4" --warmup-epochs 1 "${common[@]}"
-    echo "4,1 epoch,$base,$lr4,256,$(result_field "$runs/lr_${base}_k4_warmup.log" 4 test_acc)" >>"$rows"
+    for k in 1 2 4; do sweep_run "lr_${base}_k$k" "$k" "$epochs" none "$base"; done
+    sweep_run "lr_${base}_k4_warmup" 4 "$epochs" "1 epoch" "$base"
+    sweep_run "lr_${base}_k4_long" 4 "$long" none "$base"
+    sweep_run "lr_${base}_k4_long_warmup" 4 "$long" "1 epoch" "$base"
   done
   local backend; backend=$(backend_of "$runs/lr_${base}_k1.log")
   local csv=$out/02_lr_sweep_$backend.csv
-  # One series after another (devices, warm-up), so that gnuplot draws each as one line.
-  { echo "devices,warmup,lr_per_64,lr,global_batch,test_acc"; sort -t, -k1,1n -k2,2r -k3,3g "$rows"; } >"$csv"
+  # One series after another (devices, epochs, warm-up), so that gnuplot draws each as one line.
+  { echo "devices,warmup,epochs,lr_per_64,lr,global_batch,test_acc"; sort -t, -k1,1n -k3,3n -k2,2r -k4,4g "$rows"; } >"$csv"
   cat "$runs"/lr_*.log >"$out/02_lr_sweep_$backend.log"
   stamp "$out/02_lr_sweep_$backend.png"
   echo "wrote $csv, $out/02_lr_sweep_$backend.log"
   cat "$csv"
-  plot_lr_sweep "$csv" "$out/02_lr_sweep_$backend.png" "$backend" "$epochs" "$limit"
+  plot_lr_sweep "$csv" "$out/02_lr_sweep_$backend.png" "$backend" "$epochs" "$limit" "$long"
 }
 
-plot_lr_sweep() {  # plot_lr_sweep CSV PNG BACKEND EPOCHS IMAGES
+plot_lr_sweep() {  # plot_lr_sweep CSV PNG BACKEND EPOCHS IMAGES LONG_EPOCHS
   command -v gnuplot >/dev/null || { echo "gnuplot not found: $2 not drawn (the CSV is there)"; return; }
   gnuplot -c /dev/stdin "$@" <<'PLOT'
-set terminal pngcairo size 700,450 font 'sans,10' noenhanced
+set terminal pngcairo size 760,560 font 'sans,10' noenhanced
 set output ARG2
 set datafile separator ','
-set title sprintf('02_data_parallel (%s): test accuracy after %s epochs of %s images, 64 images per device', ARG3, ARG4, ARG5)
+set title sprintf('02_data_parallel (%s): final test accuracy, epochs of %s images, 64 images per device', ARG3, ARG5)
 set grid
-set key top left
+set key below left Left reverse maxrows 3
 set logscale x 2
 set xtics (0.025, 0.05, 0.1, 0.2, 0.4)
 set xlabel 'learning rate per 64 examples (the rate used is this times the number of devices)'
 set ylabel 'test accuracy'
 set yrange [0:1]
-plot ARG1 using ($1 == 1 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '1 device, batch 64', \
-     ''   using ($1 == 2 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '2 devices, batch 128', \
-     ''   using ($1 == 4 && strcol(2) eq 'none' ? $3 : 1/0):6 with linespoints lw 2 title '4 devices, batch 256', \
-     ''   using ($1 == 4 && strcol(2) ne 'none' ? $3 : 1/0):6 with linespoints lw 2 dt 2 title '4 devices, batch 256, 1 epoch warm-up'
+E = int(ARG4); L = int(ARG6)
+plot ARG1 using ($1 == 1 && strcol(2) eq 'none' ? $4 : 1/0):7 with linespoints lw 2 title sprintf('1 device, batch 64, %d epochs', E), \
+     ''   using ($1 == 2 && strcol(2) eq 'none' ? $4 : 1/0):7 with linespoints lw 2 title sprintf('2 devices, batch 128, %d epochs', E), \
+     ''   using ($1 == 4 && $3 == E && strcol(2) eq 'none' ? $4 : 1/0):7 with linespoints lw 2 title sprintf('4 devices, batch 256, %d epochs', E), \
+     ''   using ($1 == 4 && $3 == E && strcol(2) ne 'none' ? $4 : 1/0):7 with linespoints lw 2 dt 2 title sprintf('4 devices, batch 256, %d epochs, 1 epoch warm-up', E), \
+     ''   using ($1 == 4 && $3 == L && strcol(2) eq 'none' ? $4 : 1/0):7 with linespoints lw 2 lc rgb '#c0392b' title sprintf('4 devices, batch 256, %d epochs (1 device''s steps)', L), \
+     ''   using ($1 == 4 && $3 == L && strcol(2) ne 'none' ? $4 : 1/0):7 with linespoints lw 2 dt 2 lc rgb '#6c3483' title sprintf('4 devices, batch 256, %d epochs, 1 epoch warm-up', L)
 PLOT
   echo "wrote $2"
 }
