@@ -31,6 +31,12 @@ const char* to_string(GemmPrecision p) {
   return "?";
 }
 
+std::optional<GemmPrecision> gemm_precision_named(const std::string& word) {
+  for (GemmPrecision p : {GemmPrecision::Fp32, GemmPrecision::Tf32, GemmPrecision::Bf16})
+    if (word == to_string(p)) return p;
+  return std::nullopt;
+}
+
 void set_gemm_precision(const DeviceSet& devices, GemmPrecision p) {
   std::lock_guard<std::mutex> lock(precision_mutex);
   for (int i = 0; i < devices.size(); ++i) precision_by_device[devices[i].id] = p;
@@ -62,7 +68,7 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
   check_owned(d, C, bytes(M, N), "gemm (C)");
   // Named by its shape in a profile: each of LeNet's products is its own row.
   KernelProfile* profile = KernelProfile::of(d);
-  const GemmPrecision precision = kCudaBackend ? gemm_precision(d) : GemmPrecision::Fp32;
+  const GemmPrecision precision = kCudaBackend ? gemm_precision(d) : GemmPrecision::Fp32;  // no lookup on a CPU
   const int call = profile ? profile->begin("gemm " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                                 std::to_string(K) + (ta == Transpose::Yes ? " T" : " N") +
                                                 (tb == Transpose::Yes ? "T" : "N") +

@@ -1,5 +1,8 @@
 // Matrix products: the one call every layer leans on, backed by cuBLAS or OpenBLAS.
 #pragma once
+#include <optional>
+#include <string>
+
 #include "device.h"
 
 namespace mgpu {
@@ -23,6 +26,10 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
 // The cpu build multiplies in fp32 whatever is set: its BLAS has no such mode.
 enum class GemmPrecision { Fp32, Tf32, Bf16 };
 const char* to_string(GemmPrecision p);  // "fp32", "tf32", "bf16"
+// The precision named by to_string's word, or nullopt for any other word.
+std::optional<GemmPrecision> gemm_precision_named(const std::string& word);
+// What this build's GEMMs do when asked for p: p in the cuda build, Fp32 in the cpu build.
+constexpr GemmPrecision precision_in_this_build(GemmPrecision p) { return kCudaBackend ? p : GemmPrecision::Fp32; }
 
 // Sets the precision of every later GEMM on these devices (and on their side streams) until set
 // again; a new DeviceSet's devices start at Fp32. Set it before queueing work on the devices.

@@ -112,7 +112,7 @@ parse_command_line() {
     local -a parts
     IFS=',' read -ra parts <<<"$only"
     for part in "${parts[@]}"; do
-      if [[ "$part" != tests && ! ( "$part" =~ ^[0-9][0-9]$ && -d "$(echo "$repo_root"/chapters/"$part"_*)" ) ]]; then
+      if [[ "$part" != tests ]] && ! { [[ "$part" =~ ^[0-9][0-9]$ ]] && compgen -G "$repo_root/chapters/${part}_*/" >/dev/null; }; then
         refuse_command_line "--only: '$part' is neither 'tests' nor a chapter number (01 to 09)"
       fi
     done

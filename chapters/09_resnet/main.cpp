@@ -31,14 +31,17 @@ int main(int argc, char** argv) {
                 "image (forward and backward)\n",
                 ro.width, ro.width, 2 * ro.width, 4 * ro.width, 8 * ro.width,
                 static_cast<long long>(net.parameter_count()), net.training_flops_per_image() / 1e6);
+    // What the GEMMs will do: the precision asked for where this build can (a GPU), else fp32.
+    const mgpu::GemmPrecision precision = mgpu::precision_in_this_build(ro.precision);
+    const std::string gemms =
+        precision == mgpu::GemmPrecision::Fp32
+            ? (ro.precision == mgpu::GemmPrecision::Fp32 ? "fp32" : "fp32 (--precision chooses for GPUs only)")
+            : std::string(mgpu::to_string(precision)) + " inputs on tensor cores";
     std::printf("BatchNorm statistics: %s; collective: %s; GEMMs: %s\n",
                 ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
                                                      : "per device (as d2l's nn.DataParallel)",
                 resnet::name_of(ro.collective).c_str(),
-                ro.precision == mgpu::GemmPrecision::Fp32 ? "fp32"
-                : mgpu::kCudaBackend ? (ro.precision == mgpu::GemmPrecision::Tf32 ? "tf32 inputs on tensor cores"
-                                                                                  : "bf16 inputs on tensor cores")
-                                     : "fp32 (--precision chooses for GPUs only)");
+                gemms.c_str());
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
@@ -55,10 +58,9 @@ int main(int argc, char** argv) {
     }
     // The files are named after what changes: 09_resnet_w16_k2_syncbn.csv, 09_resnet_w64_k1_bf16.csv
     // (the precision only where the GEMMs used it: on a GPU).
-    const bool reduced = mgpu::kCudaBackend && ro.precision != mgpu::GemmPrecision::Fp32;
     const std::string run = chapter.name + "_w" + std::to_string(ro.width) + "_k" + std::to_string(o.devices) +
                              (ro.bn == resnet::BatchNormMode::Sync ? "_syncbn" : "") +
-                             (reduced ? std::string("_") + mgpu::to_string(ro.precision) : "");
+                             (precision == mgpu::GemmPrecision::Fp32 ? "" : std::string("_") + mgpu::to_string(precision));
     mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
     resnet::train(devices, data, o, ro, log);
     log.finish();

@@ -64,7 +64,6 @@ std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network
   return replicas;
 }
 
-
 // d2l's split_batch: the n examples order[first .. first + n) of the epoch, shard i (the next
 // shard_sizes(n, k)[i] of them) gathered by device i from its own copy of the data.
 void split_batch(std::vector<dp::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
@@ -205,10 +204,9 @@ mgpu::FlagTable resnet_flags(ResnetOptions& ro) {
        }},
       {"--precision",
        [&ro](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "fp32") ro.precision = mgpu::GemmPrecision::Fp32;
-         else if (v == "tf32") ro.precision = mgpu::GemmPrecision::Tf32;
-         else if (v == "bf16") ro.precision = mgpu::GemmPrecision::Bf16;
-         else return flag + " must be 'fp32', 'tf32' or 'bf16', got '" + v + "'";
+         const std::optional<mgpu::GemmPrecision> p = mgpu::gemm_precision_named(v);
+         if (!p) return flag + " must be 'fp32', 'tf32' or 'bf16', got '" + v + "'";
+         ro.precision = *p;
          return "";
        }},
       {"--profile",
@@ -370,7 +368,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   meta << "width=" << ro.width << "\ndevices=" << k << "\nbn=" << name_of(ro.bn) << "\nbatch=" << n << "\nshards=";
   for (int i = 0; i < k; ++i) meta << (i ? "," : "") << sizes[i];
   meta << "\nmomentum=" << kBatchNormMomentum << "\neps=" << kBatchNormEps << "\nprecision="
-       << (mgpu::kCudaBackend ? mgpu::to_string(ro.precision) : "fp32")  // what the GEMMs did
+       << mgpu::to_string(mgpu::precision_in_this_build(ro.precision))  // what the GEMMs did
        << "\nbackend=" << mgpu::kBackendName << "\n";
   if (!meta) throw mgpu::Error("cannot write " + (dir / "meta.txt").string());
   std::printf("wrote one training step of %d images on %d device(s), BatchNorm %s, to %s\n"
