@@ -83,6 +83,13 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 kit=$(realpath -m -- "$kit")
+# Open MPI's compiler wrappers print their include paths unquoted, and CMake's FindMPI reads
+# them as a shell would, splitting at spaces and dropping quotes and backslashes: in a kit whose
+# path has one of those, CMake would look for MPI's headers somewhere else.
+unsafe_for_mpi="[[:space:]\"'\\]"
+if [[ "$with_mpi" == yes && "$kit" =~ $unsafe_for_mpi ]]; then
+  refuse_command_line "--to: '$kit' has a space, quote or backslash in it, which Open MPI's compiler wrappers cannot pass on to CMake; choose another folder (or --no-mpi)"
+fi
 
 for tool in apt-get dpkg-deb; do
   command -v "$tool" >/dev/null || fail "$tool not found: this script runs on Debian 12 (or a derivative with its packages)"
@@ -226,4 +233,4 @@ fi
 rm -rf -- "$final_kit"
 mv -- "$kit" "$final_kit"
 echo "$program_name: wrote $final_kit ($(du -sh "$final_kit" | cut -f 1)); on the GPU machine, from the repository root:"
-echo "  source $(realpath --relative-to="$repo_root" "$final_kit")/env.sh && tools/gpu_check.sh"
+printf '  source %q/env.sh && tools/gpu_check.sh\n' "$(realpath --relative-to="$repo_root" "$final_kit")"
