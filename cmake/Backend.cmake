@@ -104,6 +104,9 @@ else()
   if(MGPU_NATIVE)
     target_compile_options(mgpu_backend INTERFACE -march=native)
   endif()
+  if(MGPU_GPU_MAPPING)  # common/backend.h: kGpuMapping
+    target_compile_definitions(mgpu_backend INTERFACE MGPU_GPU_MAPPING=1)
+  endif()
 endif()
 target_compile_options(mgpu_backend INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
 

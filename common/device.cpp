@@ -612,6 +612,7 @@ std::string DeviceSet::mapping() const {
   // How the OpenMP threads wait at a barrier (common/openmp_waits.h: passive unless chosen).
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   out << "OpenMP threads wait at barriers: OMP_WAIT_POLICY=" << (policy ? policy : "(the runtime's default)") << "\n";
+  if (kGpuMapping) out << "kernels cut as on a GPU, one call per output element (MGPU_GPU_MAPPING; slow, for tests)\n";
   if (const auto seed = cpu::chaos_seed())
     out << "chaos mode (MGPU_CHAOS=" << *seed << "): every queued operation starts after a random delay\n";
 #endif

@@ -75,14 +75,14 @@ void for_each_index(const Device& d, std::int64_t n, F f, double bytes = 0) {
 //   cpu:  one call per item, f(item, 0, span). A core walks the whole row with contiguous,
 //         vectorizable inner loops and computes the item's indices once, not per element.
 // The functor is the same for both; only the partition of [0, items * span) changes.
+// (A cpu build with MGPU_GPU_MAPPING takes the GPU's cut, to test it: common/backend.h.)
 template <class F>
 void for_each_span(const Device& d, std::int64_t items, int span, F f, double bytes = 0) {
   if (items <= 0 || span <= 0) return;
-#if MGPU_CUDA
-  for_each_index(d, items * span, SpanElement<F>{f, span}, bytes);
-#else
-  for_each_index(d, items, SpanWhole<F>{f, span}, bytes);
-#endif
+  if constexpr (kGpuMapping)
+    for_each_index(d, items * span, SpanElement<F>{f, span}, bytes);
+  else
+    for_each_index(d, items, SpanWhole<F>{f, span}, bytes);
 }
 
 // Inside a for_each_span functor whose item is a row-major plane `width` elements wide: calls

@@ -308,7 +308,7 @@ int chunk_images(int batch_size) {
   // in its core's cache between im2col and the GEMMs that read it. Measured on a 2-core AMD
   // EPYC with 2 lanes (chapter README): 8 images per chunk beat 2, 4, 16, 32 and 64.
   constexpr int kCpuChunk = 8;
-  return mgpu::kCudaBackend ? batch_size : std::min(batch_size, kCpuChunk);
+  return mgpu::kGpuMapping ? batch_size : std::min(batch_size, kCpuChunk);
 }
 
 }  // namespace lenet

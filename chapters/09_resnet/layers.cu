@@ -25,8 +25,9 @@ constexpr double kF = sizeof(float);  // bytes per element, for the profile's GB
 // layers.h, "per-channel sums"). A GPU needs tens of thousands of threads in flight, and a layer
 // has 64 to 512 channels: 128 slices each gives 8,192 to 65,536 threads, each reading a float
 // 128 apart from its previous one and next to its neighbour thread's. A CPU core is fastest
-// walking one channel's row in order, so there each channel is one slice.
-constexpr int kSlices = mgpu::kCudaBackend ? 128 : 1;
+// walking one channel's row in order, so there each channel is one slice. (kGpuMapping: the
+// GPU's choice, also in a cpu build made to test it; common/backend.h.)
+constexpr int kSlices = mgpu::kGpuMapping ? 128 : 1;
 
 MGPU_HD inline int ceil_div(int a, int b) { return (a + b - 1) / b; }  // for a >= 0, b > 0
 
