@@ -1,5 +1,6 @@
 #include "gemm.h"
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -54,9 +55,11 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
     throw Error("gemm: negative size M=" + std::to_string(M) + " N=" + std::to_string(N) +
                 " K=" + std::to_string(K));
   if (M == 0 || N == 0) return;
-  // Leading dimensions of row-major storage: the length of a stored row.
-  const int lda = ta == Transpose::No ? K : M;
-  const int ldb = tb == Transpose::No ? N : K;
+  // Leading dimensions of row-major storage: the length of a stored row. BLAS wants at least 1
+  // even where a row is empty (K = 0, a product over no images, which leaves beta * C): cuBLAS
+  // refuses a 0 there. No element is read at all then, so 1 is as good as any.
+  const int lda = std::max(1, ta == Transpose::No ? K : M);
+  const int ldb = std::max(1, tb == Transpose::No ? N : K);
   const int ldc = N;
   // All three matrices must be d's own memory (a GPU cannot multiply another GPU's arrays
   // without peer access, which this repository never relies on).
