@@ -163,7 +163,7 @@ std::string usage(const ChapterInfo& c, const std::string& own_usage) {
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
   u += "  --progress P      auto, on or off: the live progress line while an epoch runs (default auto:\n"
        "                    only on a terminal, never under mpirun or srun, whose logs it would fill)\n";
-  if (c.max_devices > 1)
+  if (c.max_devices > 1 && c.eval_flag)
     u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
   u += "  --help, -h        this text\n";
   if (!own_usage.empty()) u += "\nthis chapter:\n" + own_usage;
@@ -197,8 +197,10 @@ FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
          return "";
        }},
       {"--eval",
-       [&o, several = chapter.max_devices > 1](const std::string& flag, const std::string& v) -> std::string {
+       [&o, several = chapter.max_devices > 1, offered = chapter.eval_flag,
+        name = chapter.name](const std::string& flag, const std::string& v) -> std::string {
          if (!several) return flag + " is for chapters with several devices";
+         if (!offered) return flag + " is not an option of " + name + ": it computes test accuracy one way only";
          if (v != "all" && v != "device0") return flag + " must be 'all' or 'device0', got '" + v + "'";
          o.eval_all_devices = v == "all";
          return "";

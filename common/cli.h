@@ -92,6 +92,9 @@ struct ChapterInfo {
   int default_devices = 1;
   int max_devices = 1 << 10;  // chapter 01 trains on exactly one device
   float default_lr = 0.2f;    // d2l's LeNet rate; chapter 09's ResNet-18 recipe is 0.1
+  // Whether the chapter offers --eval all|device0 (with several devices). Chapters 06-08
+  // evaluate one way only (on device 0, replica 0, a worker's pull): there the flag is refused.
+  bool eval_flag = true;
 };
 
 struct ParseResult {

@@ -23,6 +23,8 @@ expect_exit(07_model_parallel schedule_bad     2 stderr "--schedule must be 'nai
             --schedule zb)
 expect_exit(07_model_parallel devices_zero     2 stderr "--devices must be at least 1, got 0" --devices 0)
 expect_exit(07_model_parallel devices_five     2 stderr "makes 5 stages; LeNet has 4 layers" --devices 5)
+expect_exit(07_model_parallel profile_negative 2 stderr "--profile-steps must be zero or more, got -1" --profile-steps -1)
+expect_exit(07_model_parallel eval_refused     2 stderr "--eval is not an option of 07_model_parallel" --eval device0)
 expect_exit(07_model_parallel replicas_zero    2 stderr "--data-parallel must be at least 1, got 0" --data-parallel 0)
 expect_exit(07_model_parallel replicas_uneven  2 stderr "--devices 3 is not a multiple of --data-parallel 2"
             --devices 3 --data-parallel 2)

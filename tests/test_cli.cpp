@@ -14,6 +14,8 @@ using Args = std::vector<std::string>;
 // Chapter 01 trains on exactly one device; a later chapter takes up to 1024, 2 by default.
 const mgpu::ChapterInfo kLenet{"01_lenet", "LeNet on one device", 1, 1};
 const mgpu::ChapterInfo kMulti{"02_x", "LeNet on several devices", 2, 1024};
+// A chapter with several devices that evaluates one way only (as chapters 06-08 do).
+const mgpu::ChapterInfo kOneEval{"07_x", "LeNet split across devices", 2, 64, 0.2f, /*eval_flag=*/false};
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -70,6 +72,12 @@ TEST_CASE("every flag with a good value, as '--flag value' and as '--flag=value'
 
   CHECK_FALSE(mgpu::parse_options({"--eval", "device0"}, kMulti).options.eval_all_devices);
   CHECK(mgpu::parse_options({"--eval=all"}, kMulti).options.eval_all_devices);
+  // Offered only where it does something: refused, not ignored, elsewhere.
+  check_refused({"--eval", "device0"}, kLenet, "--eval is for chapters with several devices");
+  check_refused({"--eval", "all"}, kOneEval, "--eval is not an option of 07_x");
+  CHECK(contains(mgpu::usage(kMulti), "--eval"));
+  CHECK_FALSE(contains(mgpu::usage(kOneEval), "--eval"));
+  CHECK_FALSE(contains(mgpu::usage(kLenet), "--eval"));
 
   using Progress = mgpu::Options::Progress;
   CHECK(mgpu::parse_options({"--progress", "on"}, kLenet).options.progress == Progress::On);

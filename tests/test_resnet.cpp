@@ -325,7 +325,8 @@ TEST_CASE("training: three SGD steps with SyncBN on 2 devices follow one device'
   // From d2l's 0.01 weights the first step is violent (BatchNorm divides the gradient by the
   // small spread those weights give, so the step is far larger than the weights), and a rounding
   // difference of 1e-6 after one step grows to 1e-2 after three. With the convolutions' weights
-  // scaled up, as in the finite-difference test, both runs stay within 1e-7 of each other.
+  // scaled up, as in the finite-difference test, both runs stay within about 1e-7 of each other
+  // (relative to the largest parameter); the check allows ten times that.
   const HostBatch b = random_batch(8, 31);
   Model one(1, 2, 8, BatchNormMode::Sync), two(2, 2, 4, BatchNormMode::Sync);
   one.scale_conv_weights(30.0f), two.scale_conv_weights(30.0f);
@@ -338,7 +339,8 @@ TEST_CASE("training: three SGD steps with SyncBN on 2 devices follow one device'
     }
   }
   const std::vector<float> got = two.replicas[1].params.download(), want = one.replicas[0].params.download();
-  CHECK(relative_difference(got, want) < 1e-4);
+  MESSAGE("three SyncBN steps: 2 devices differ from 1 by " << relative_difference(got, want) << " of the scale");
+  CHECK(relative_difference(got, want) < 1e-6);  // 1.05e-7 on the cpu build, both cuts
   CHECK(relative_difference(want, one.params) > 1e-3);  // the parameters did move
 }
 

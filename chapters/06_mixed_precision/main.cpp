@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   const mgpu::ChapterInfo chapter{"06_mixed_precision",
                                   "data-parallel LeNet in fp32, tf32, bf16 or fp16, with loss scaling and "
                                   "gradient accumulation",
-                                  /*default_devices=*/2, /*max_devices=*/1024};
+                                  /*default_devices=*/2, /*max_devices=*/1024, /*default_lr=*/0.2f,
+                                  /*eval_flag=*/false};
   mixed::MixedFlags flags;
   mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, mixed::mixed_flags(flags), mixed::kMixedUsage);
   if (const std::string why = mixed::resolve_defaults(flags); !why.empty()) {

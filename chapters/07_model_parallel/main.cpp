@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
   mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"07_model_parallel",
                                   "LeNet split across devices: model parallelism, GPipe and 1F1B pipelines",
-                                  /*default_devices=*/2, /*max_devices=*/64};
+                                  /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
+                                  /*eval_flag=*/false};
   ChapterOptions c;
   const mgpu::FlagTable own = {
       {"--split", [&c](const std::string& flag, const std::string& v) {

@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"08_parameter_server",
                                   "a parameter server: synchronous, asynchronous and bounded-staleness SGD",
-                                  /*default_devices=*/2, /*max_devices=*/64};
+                                  /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
+                                  /*eval_flag=*/false};
   Flags f;
   const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, own_flags(f), kOwnUsage);
   if (const std::string why = check_flags(f, o); !why.empty()) {
