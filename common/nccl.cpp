@@ -1,5 +1,6 @@
 #include "nccl.h"
 
+#include <cstdio>
 #include <string>
 
 namespace mgpu {
@@ -20,11 +21,17 @@ void allreduce(ncclComm_t comm, const Device& d, float* data, Elements n, ncclRe
 
 void close_communicator(ncclComm_t& comm, bool abort) noexcept {
   if (!comm) return;
+  // Checked as every NCCL call is, but reported instead of thrown: this runs in destructors,
+  // often while another error unwinds the stack, and a second exception would end the program.
+  const auto report = [](ncclResult_t status, const char* call) {
+    if (status != ncclSuccess)
+      std::fprintf(stderr, "warning: %s while closing a NCCL communicator: %s\n", call, ncclGetErrorString(status));
+  };
   if (abort) {
-    ncclCommAbort(comm);
+    report(ncclCommAbort(comm), "ncclCommAbort");
   } else {
-    ncclCommFinalize(comm);
-    ncclCommDestroy(comm);
+    report(ncclCommFinalize(comm), "ncclCommFinalize");
+    report(ncclCommDestroy(comm), "ncclCommDestroy");
   }
   comm = nullptr;
 }

@@ -17,7 +17,8 @@ void check_nccl(ncclResult_t status, const char* call, const char* file, int lin
 // Queues an in-place allreduce of n floats on d's stream (inside a group or alone).
 void allreduce(ncclComm_t comm, const Device& d, float* data, Elements n, ncclRedOp_t op);
 
-// Ends a communicator and sets it to nullptr; never throws. Normally ncclCommFinalize (which
+// Ends a communicator and sets it to nullptr; never throws (a failing call is reported on
+// stderr). Normally ncclCommFinalize (which
 // waits for the collectives still queued on it) then ncclCommDestroy. With `abort` (an error is
 // unwinding the stack, or NCCL reported an asynchronous error) the peers may never join another
 // collective, so finalizing could wait forever: ncclCommAbort stops its work without waiting.
