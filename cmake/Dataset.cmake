@@ -7,7 +7,16 @@ set(_files train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
 set(MGPU_DATA_DIR "")
 foreach(_dir "$ENV{FASHION_MNIST_DIR}" "${CMAKE_SOURCE_DIR}/data/fashion-mnist"
              "/usr/share/datasets/fashion-mnist")
-  if(_dir AND EXISTS "${_dir}/train-images-idx3-ubyte.gz")
+  if(NOT _dir)
+    continue()
+  endif()
+  set(_all_there TRUE)  # the first directory with all four files, as the programs take it
+  foreach(_file ${_files})
+    if(NOT EXISTS "${_dir}/${_file}")
+      set(_all_there FALSE)
+    endif()
+  endforeach()
+  if(_all_there)
     set(MGPU_DATA_DIR "${_dir}")
     break()
   endif()

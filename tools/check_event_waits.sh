@@ -4,7 +4,7 @@
 # one at a time, in a scratch copy of the repository, rebuilds the cpu backend and runs the
 # suites that use them (with their chaos-mode runs). Each deletion must make a test fail.
 #
-#   tools/check_event_waits.sh            # about a minute per wait on two cores
+#   tools/check_event_waits.sh            # one to two minutes per wait on two cores
 #
 # Prints one line per wait, "caught" or "NOT CAUGHT", and exits 1 if any deletion went
 # unnoticed. Lines only the cuda build compiles (chapter 05's NCCL path) are listed as such:

@@ -7,7 +7,7 @@
 # help, it configures a cpu build, builds and runs a doctest suite, trains chapter 01 on the
 # kit's dataset and chapter 05 under the kit's mpirun.
 #
-#   tools/check_offline_kit.sh [--work DIR]    (about 4 minutes on 2 cores)
+#   tools/check_offline_kit.sh [--work DIR]    (about 40 seconds on 2 cores)
 #
 # Exit status: 0 passed, 1 failed (said why), 77 cannot check here: not root, no unshare, or
 # apt-get download could not reach the package registry.
