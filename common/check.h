@@ -1,6 +1,6 @@
 // Checked calls. Every CUDA and cuBLAS call goes through one of these macros, so a
 // failure names the call, the file and line, and the library's own error string:
-//   CUDA error: cudaMalloc(&p, bytes) at common/device.cpp:57: out of memory (cudaErrorMemoryAllocation)
+//   CUDA error: cudaMalloc(&p, bytes) at common/device.cpp:206: out of memory (cudaErrorMemoryAllocation)
 // Failures throw mgpu::Error; each program's main() prints it and exits non-zero.
 #pragma once
 #include <stdexcept>

@@ -1,5 +1,6 @@
 // What a device is in the cpu build: a stream, as on a GPU. Only common/device.cpp,
-// common/parallel.h and common/gemm.cpp use this file; chapters never see it.
+// common/parallel.h, common/gemm.cpp (and the device tests) include this file; chapters never
+// use it directly.
 //
 // Each cpu device has a worker thread that runs the device's queue of work in order, with its
 // share of the machine's cores as OpenMP threads. Queuing a kernel, a copy, a memset, an event

@@ -11,7 +11,7 @@
 // Buffer<T> is an array of T on one device. Sizes are element counts everywhere; the
 // only place that turns them into bytes is inside this file's functions.
 //
-// Two of CUDA's rules are checked here in BOTH builds, so that the cpu build (which CI runs)
+// Three of CUDA's rules are checked here in BOTH builds, so that the cpu build (which CI runs)
 // refuses what would fail on GPUs:
 //   - an Event belongs to one device and may be recorded only on that device's streams;
 //   - a kernel or copy on device d touches only memory allocated on d (a peer copy reads its

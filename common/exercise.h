@@ -4,7 +4,7 @@
 //   // BEGIN EXERCISE ex01.relu_backward
 //   ...
 //   // END EXERCISE ex01.relu_backward
-// and tools/student_copy replaces the region by a call of exercise_not_done(). The repository
+// and student_copy (tools/classroom/) replaces the region by a call of exercise_not_done(). The repository
 // itself never calls it: a file with a hole includes this header so that its student copy builds.
 #pragma once
 #include <cstdio>

@@ -1,5 +1,6 @@
-// How a kernel is queued on a device. Include this only from .cu files: they are compiled by
-// nvcc in the cuda build and by the host compiler in the cpu build.
+// How a kernel is queued on a device. Include this only from files built as device code (.cu
+// files, or sources listed in mgpu_device_sources): they are compiled by nvcc in the cuda build
+// and by the host compiler in the cpu build.
 //
 //   cuda: a Thrust algorithm on the device's stream, without the synchronization Thrust
 //         would otherwise add after each algorithm (we synchronize when we need a result)

@@ -3,7 +3,7 @@
 // while a KernelProfile for it is alive is timed, and table() groups the calls by name:
 //
 //   kernel            calls   time (us)   share   GFLOP/s    GB/s
-//   gemm 50x648x500       1       412.3    21.5%     78.6
+//   gemm 50x648x500 NN    1       412.3    21.5%     78.6
 //   Col2im                1        97.1     5.1%               27.4
 //
 // How a call is timed is backend-specific, and this is the one place that knows it:

@@ -47,8 +47,9 @@ void conv2d_forward(const Device& d, const float* x, ImageShape xs, const float*
 void conv2d_backward(const Device& d, const float* dz, ImageShape xs, const float* W, int out_channels, int k,
                      const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx);
 
-// --- ReLU, in place. Backward: dh *= (h > 0), where h is the forward output. (LeNet applies
-// them fused into the layers around them: bias_activation and avgpool2_backward.)
+// --- ReLU, in place. Backward: dh *= (h > 0), where h is the forward output. (LeNet's forward
+// ReLUs are fused into bias_activation, the convolutions' backward ones into avgpool2_backward;
+// dense3's backward is this relu_backward.)
 void relu_forward(const Device& d, float* z, std::int64_t n);
 void relu_backward(const Device& d, const float* h, float* dh, std::int64_t n);
 

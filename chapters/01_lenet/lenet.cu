@@ -160,9 +160,9 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   auto layer_done = [&](int layer) {
     if (ready) ready(layer);
   };
-  // The forward pass in reverse; each line's comment names the gradient it produces. The
-  // ReLUs' backward passes ride along with the kernels before them (relu_backward, and
-  // avgpool2_backward given the ReLU's output).
+  // The forward pass in reverse; each line's comment names the gradient it produces. dense3's
+  // ReLU backward is a kernel of its own (relu_backward); the convolutions' ride along with
+  // avgpool2_backward, given the ReLU's output.
   dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
   layer_done(3);                                                                                             // W4, b4
   relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3

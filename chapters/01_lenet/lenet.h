@@ -166,7 +166,8 @@ struct Lanes {
   std::vector<Params> grads;    // lanes 1..count()-1 (lane 0 adds straight into the caller's g)
   std::vector<Metrics> metrics; // one per lane
 };
-// This backend's choice for batches of batch_size: lanes_per_device(d) lanes of chunk_images().
+// This backend's choice for batches of batch_size: min(lanes_per_device(d), number of chunks)
+// lanes, each taking chunks of chunk_images() images.
 Lanes make_lanes(const Device& d, int batch_size);
 
 // The gradient of the summed loss over the n examples x [n][28][28], y [n] (on d) is ADDED

@@ -66,7 +66,7 @@ class DataParallel {
   struct Worker {
     const Device* device;
     lenet::Params params, grads;           // [F] each (Flat); device 0's params are the master copy
-    mgpu::Buffer<float> x;                 // [n_i][28][28] its shard (device 0: the batch's front)
+    mgpu::Buffer<float> x;                 // [n_i][28][28] its shard (devices i > 0; device 0 reads the front of batch_.x)
     std::vector<lenet::Workspace> chunks;  // z4 [10][m] logits and dz4 [10][m] dlogits of each chunk
     std::vector<lenet::Params> lane_grads; // [F] per extra lane (cpu: lanes 1 ..)
     int lanes = 1;

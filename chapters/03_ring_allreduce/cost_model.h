@@ -30,7 +30,7 @@
 namespace cost {
 
 struct Interconnect {
-  std::string name;       // "NVLink 4 (H100 SXM5)"
+  std::string name;       // "NVLink 4 + NVSwitch (H100 SXM5)"
   double alpha_s;         // seconds per transfer or add, whatever its size
   double link_bytes_s;    // B: bytes per second, each direction, per device
   double add_bytes_s;     // A: buffer bytes per second an add gets through (memory bandwidth / 3)

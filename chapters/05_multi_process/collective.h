@@ -48,8 +48,8 @@ class GradientAllreduce {
   // Starts summing layer `layer` of the bucket g over all ranks and returns without waiting.
   // Layers must come 3, 2, 1, 0: every rank must start the same collectives in the same order.
   void start_layer(lenet::Params& g, int layer);
-  // Afterwards every element of g is the sum over all ranks. (cuda build: for the work queued
-  // on the device's stream from now on; the host does not wait.)
+  // Afterwards every element of g is the sum over all ranks. (NCCL: for the work queued on the
+  // device's stream from now on, the host does not wait; MPI: the host waits for the sums.)
   void finish(lenet::Params& g);
   // Waits until the device has done all queued work, watching for errors of the collective.
   virtual void synchronize(const mgpu::Device& d) { mgpu::synchronize(d); }

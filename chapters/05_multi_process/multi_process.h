@@ -77,8 +77,9 @@ struct StepProfile {
 // the SGD step), from timestamps the stream records as it passes (mgpu::Timestamp), and a
 // zero-length span "layer L complete" where backward finished layer L's gradients.
 // lane "host": what the rank's thread spent in the collective's calls, from the host's clock:
-// start_layer (which waits until the device has that layer's gradients, then starts its sum)
-// and finish (waiting for the sums). Both clocks are the host's steady clock.
+// start_layer (queues that layer's sum, or for MPI its copy down and the sums whose copies are
+// done, and returns without waiting) and finish (MPI: waits for the sums; NCCL: only queues the
+// stream's wait). Both clocks are the host's steady clock.
 struct TraceSpan {
   std::string lane, what;
   double begin_ms = 0, end_ms = 0;

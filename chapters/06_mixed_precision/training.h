@@ -42,8 +42,8 @@ struct MixedOptions {
 };
 
 // This chapter's flags (parse_command_line's own-flags hook) and their usage lines. The setters
-// store into `mo`; `loss_scale_given`/`grad_bits_given` note what the user chose, so that
-// resolve_defaults() fills in only the rest.
+// store into `options`; the optionals `loss_scaling` and `grad_bits` note what the user chose,
+// so that resolve_defaults() fills in only the rest.
 struct MixedFlags {
   MixedOptions options;
   std::optional<bool> loss_scaling;

@@ -359,7 +359,8 @@ void layer_backward(const Device& d, int l, lenet::Params& p, lenet::Params& g, 
 
 using Marks = std::vector<std::pair<Span, std::array<mgpu::Timestamp, 2>>>;
 
-// Adds a span of kind `kind` from timestamp `from` to now (recorded on d) to marks.
+// Adds a span of kind `kind` from timestamp `from` to timestamp `to` to marks (nothing when
+// marks is null).
 struct Marker {
   Marks* marks;
   const Device& d;

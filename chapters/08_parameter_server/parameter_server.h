@@ -112,8 +112,8 @@ class ServerShard;  // parameter_server.cpp
 // chunks: shard j holds elements [begin_j, begin_j + count_j) of lenet::flat_count()).
 class ParameterServer {
  public:
-  // `servers`: one device per shard. `init`: the starting parameters. `workers`: k (BSP waits for k
-  // pushes per step). Each worker device must be one of `worker_devices`, in worker order.
+  // `server_devices`: one index into `devices` per shard. `worker_devices`: worker i's index into
+  // `devices`, k of them (BSP waits for k pushes per step). `init`: the starting parameters.
   ParameterServer(const DeviceSet& devices, const std::vector<int>& server_devices,
                   const std::vector<int>& worker_devices, const lenet::HostParams& init, Mode mode);
   ~ParameterServer();  // stops the shard threads (after their queued requests)
@@ -159,7 +159,8 @@ struct Settings {
   double slowdown = 1.0;    // the straggler takes this many times as long per piece of work
 };
 
-// One piece of work: shard `part` of batch `batch` = examples order[first .. first + count).
+// One piece of work: one shard of batch `batch` (of batch_size examples) = examples
+// order[first .. first + count).
 struct WorkItem {
   int batch = 0, first = 0, count = 0, batch_size = 0;
 };

@@ -104,9 +104,10 @@ std::vector<float> init_state(const Network& net);
 //   PerDevice  each device normalizes with its own shard's statistics (what d2l's
 //              nn.DataParallel does); each keeps its own running statistics, and evaluation
 //              uses device 0's (DataParallel keeps only device 0's updates)
-//   Sync       SyncBN: each BatchNorm's per-channel sums are summed over all devices (an
-//              allreduce of 2C floats) before normalizing, in the forward and the backward pass,
-//              so k devices compute exactly what one device would on the whole batch
+//   Sync       SyncBN: each BatchNorm's per-channel sums are summed over all devices before
+//              normalizing (forward: two allreduces of C floats, sum z then sum (z - mean)^2;
+//              backward: one of 2C), so k devices compute exactly what one device would on the
+//              whole batch
 enum class BatchNormMode { PerDevice, Sync };
 
 // Sums data[i] (n floats on device i) over the devices, leaving the sum everywhere: chapter
