@@ -7,8 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -103,6 +106,41 @@ TEST_CASE("the layout is the documented one, little-endian") {
   CHECK(bytes.substr(8, 4) == std::string("\x01\x00\x00\x00", 4));   // version 1
   CHECK(bytes.substr(12, 4) == std::string("\x02\x00\x00\x00", 4));  // 2 epochs done
   CHECK(bytes.substr(16, 8) == std::string("\xef\xcd\xab\x89\x67\x45\x23\x01", 8));  // the seed
+  // The rest of the header, an epoch record, a parameter and the CRC, decoded here by hand from
+  // little-endian bytes (independently of the reader, which only has to mirror the writer).
+  const mp::Checkpoint c = sample(2);
+  const auto u = [&](std::size_t at, int width) {  // unsigned little-endian integer of `width` bytes
+    std::uint64_t v = 0;
+    for (int i = width - 1; i >= 0; --i) v = v << 8 | static_cast<unsigned char>(bytes[at + i]);
+    return v;
+  };
+  const auto f32 = [&](std::size_t at) {
+    const auto bits = static_cast<std::uint32_t>(u(at, 4));
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  };
+  const auto f64 = [&](std::size_t at) {
+    const std::uint64_t bits = u(at, 8);
+    double v;
+    std::memcpy(&v, &bits, 8);
+    return v;
+  };
+  CHECK(u(24, 4) == 256u);                      // batch size
+  CHECK(f32(28) == c.lr);                       // learning rate
+  CHECK(u(32, 4) == 60000u);                    // training examples
+  CHECK(u(36, 8) == std::uint64_t(kParams));    // parameter count
+  const std::size_t epoch2 = 44 + 36;           // the second epoch's record
+  CHECK(u(epoch2, 4) == 2u);
+  CHECK(f64(epoch2 + 4) == c.history[1].train_loss);
+  CHECK(f64(epoch2 + 12) == c.history[1].train_acc);
+  CHECK(f64(epoch2 + 20) == c.history[1].test_acc);
+  CHECK(f64(epoch2 + 28) == c.history[1].seconds);
+  const std::size_t params = 44 + 36 * 2;
+  CHECK(f32(params) == c.params[0]);
+  CHECK(f32(params + 4 * (kParams - 1)) == c.params[kParams - 1]);
+  const std::size_t crc_at = bytes.size() - 4;
+  CHECK(u(crc_at, 4) == crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(crc_at)));
 }
 
 TEST_CASE("the file appears in one step: written to FILE.tmp, renamed, nothing left behind") {

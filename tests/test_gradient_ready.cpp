@@ -3,6 +3,7 @@
 // gradient is final, so an allreduce started from the announcement sums the right numbers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "chapters/01_lenet/lenet.h"
@@ -69,6 +70,8 @@ void check_announcements(int n, int lanes, int chunk) {
   for (int t = 0; t < lenet::kParamTensors; ++t) {
     CAPTURE(lenet::kParams[t].name);
     CHECK(with.at_announcement[t] == with.final_grads[t]);  // final when announced
+    // ... and not trivially so: a backward pass that computed nothing would also be "final".
+    CHECK(std::any_of(with.final_grads[t].begin(), with.final_grads[t].end(), [](float v) { return v != 0.0f; }));
   }
   // The hook changes nothing in the arithmetic.
   const Announced without = run(n, lanes, chunk, false);

@@ -332,15 +332,23 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
     CHECK(chunked.metrics[1] == whole.metrics[1]);
   }
 
-  // And the gradient is not zero (a chunking bug that dropped everything would still "agree").
-  double norm = 0;
-  for (float v : whole.grad[0]) norm += double(v) * v;
-  CHECK(norm > 0);
-
-  // The accumulated metrics are the sums of the per-example losses and hits.
+  // The chunkings agree with one another; the whole batch must also be the plain pass that the
+  // finite-difference test above holds to account: forward, loss and backward over all 8 images
+  // at once, into zeroed gradients (a wrapper that scaled or dropped a tensor would fail here).
   lenet::Workspace ws(d, 8);
+  lenet::Params plain = lenet::zero_params(d);
   lenet::forward(d, p, ws, batch.x.data(), 8);
-  lenet::loss(d, ws, batch.y.data(), 8, false);
+  lenet::loss(d, ws, batch.y.data(), 8, /*with_gradient=*/true);
+  lenet::backward(d, p, plain, ws, 8);
+  const HostParams plain_grad = plain.download();
+  for (int t = 0; t < kParamTensors; ++t) {
+    CAPTURE(kParams[t].name);
+    check_close(whole.grad[t], ref::to_double(plain_grad[t]), 1e-5, std::string("d") + kParams[t].name);
+    // And no tensor's gradient is zero (a bug that dropped it everywhere would still "agree").
+    CHECK(std::any_of(whole.grad[t].begin(), whole.grad[t].end(), [](float v) { return v != 0.0f; }));
+  }
+
+  // The accumulated metrics are the sums of the per-example losses and hits (the plain pass's).
   const std::vector<float> losses = ws.loss.download(), hits = ws.correct.download();
   CHECK(whole.metrics[0] == doctest::Approx(std::accumulate(losses.begin(), losses.end(), 0.0)).epsilon(1e-6));
   CHECK(whole.metrics[1] == std::accumulate(hits.begin(), hits.end(), 0.0));

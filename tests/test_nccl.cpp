@@ -1,7 +1,9 @@
 // Chapter 04, on a GPU only (this suite is built where NCCL is, and skips where no GPU
 // answers): NCCL's allreduce against the ring, element by element, and a training step with
 // ncclSum and with ncclAvg against one with the ring. One rank per GPU: with one GPU the
-// comparisons run with k = 1, which still exercises every NCCL call.
+// comparisons run with k = 1, which still exercises every NCCL call but sums one term, so it
+// cannot show a wrong sum; chapter 04's exercise is therefore graded only where two GPUs answer
+// (ex04.group_calls runs this suite with --needs-gpus=2, tests/device_main.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -253,7 +253,7 @@ TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is ca
     CHECK(m.count * sizeof(float) == m.bytes);
     CHECK(m.busbw == doctest::Approx(m.algbw * 2.0 * 2 / 3));
   }
-  // An "allreduce" that forgets the last device's contribution on device 0 only.
+  // An "allreduce" that loses the last device's input before summing: every device ends wrong.
   auto broken = [](const mgpu::DeviceSet& d, std::size_t max) {
     auto real = std::make_shared<ring::RingAllreduce>(d, max);
     return std::vector<bench::Algorithm>{{"broken", [real, &d](const std::vector<float*>& data, Elements n) {
@@ -263,6 +263,7 @@ TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is ca
                                           }}};
   };
   results = bench::run_benchmark(devices, s, broken);
+  REQUIRE(results.size() == 11);  // 4 B .. 4 KiB, one algorithm: the loop below must check them
   for (const bench::Measurement& m : results) {
     CAPTURE(m.bytes);
     const std::size_t nonzero_inputs = [&] {  // elements where device 2's input is not 0

@@ -6,7 +6,7 @@
 #
 # Each exercise runs as `ctest -R ^NAME$`, its output kept in BUILD_DIR/grade/NAME.log. An
 # exercise that cannot run in this build or on this machine (chapter 04's needs the cuda build
-# and a GPU) is shown as "skipped", with ctest's reason, and is not counted.
+# and two GPUs) is shown as "skipped", with ctest's reason, and is not counted.
 # Exit status: 0 when every exercise graded here passed, 1 when one failed, 2 when BUILD_DIR is
 # not a configured build.
 set -uo pipefail
@@ -39,7 +39,7 @@ for name in "${exercises[@]}"; do
   ctest --test-dir "$build" -R "^${name//./\\.}\$" -V >"$log" 2>&1
   status=$?
   if grep -q '\*\*\*Skipped' "$log"; then
-    reason=$(grep -o 'needs the cuda build with NCCL\|no GPU answers' "$log" | head -n 1)
+    reason=$(grep -o 'needs the cuda build with NCCL\|no GPU answers\|needs [0-9]* GPUs, [0-9]* answer' "$log" | head -n 1)
     printf '%-26s %s\n' "$name" "skipped (${reason:-see $log})"
     skipped=$((skipped + 1))
   elif [ "$status" -eq 0 ]; then

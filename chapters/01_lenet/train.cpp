@@ -52,7 +52,7 @@ struct Trainer {
 }  // namespace
 
 HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                 mgpu::TrainingLog& log, bool capture_step) {
+                 mgpu::TrainingLog& log, bool capture_step, long* replayed_steps) {
   const mgpu::Device& d = devices[0];
   Trainer t(d, data.train, o.seed, o.batch_size);
   const DeviceImages test_set(d, data.test);
@@ -62,7 +62,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
   // The recorded step (--graph on), made after the first step has run the usual way: that one
   // also pays for one-time set-up (cuBLAS's, loading the kernels), which must not be recorded.
   std::unique_ptr<mgpu::CapturedWork> recorded;
-  long steps_done = 0;
+  long steps_done = 0, replays = 0;
   auto run_step = [&](const std::int32_t* batch_order, int n, float lr) {
     if (!capture_step || n != o.batch_size || lr != o.lr || steps_done == 0) {
       t.step(batch_order, n, lr);
@@ -71,6 +71,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
         recorded = std::make_unique<mgpu::CapturedWork>(d, [&t, n, lr] { t.compute_and_update(n, lr); });
       gather(d, t.train_set, batch_order, n, t.batch);  // which examples: the one thing that changes
       recorded->replay();
+      ++replays;
     }
     ++steps_done;
   };
@@ -95,6 +96,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     r.seconds = seconds;
     log.end_epoch(r);
   }
+  if (replayed_steps) *replayed_steps = replays;
   return t.params.download();
 }
 

@@ -14,9 +14,10 @@ namespace lenet {
 // returns the final parameters. capture_step (--graph on): after the first step, every step of
 // a full batch at the final rate (o.lr; warm-up steps and the last short batch are not) gathers
 // its batch and then replays one recorded step (mgpu::CapturedWork: a CUDA graph on a GPU) instead
-// of queueing its kernels one by one. The arithmetic is the same either way.
+// of queueing its kernels one by one. The arithmetic is the same either way. replayed_steps, if
+// given, receives how many steps replayed the recorded one (what the tests check).
 HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                 mgpu::TrainingLog& log, bool capture_step = true);
+                 mgpu::TrainingLog& log, bool capture_step = true, long* replayed_steps = nullptr);
 
 // One training step on the first batch, kernel by kernel (common/profile.h), after one untimed
 // step that warms up (first touch of memory, library setup): the table's rows, and the step's
