@@ -23,6 +23,7 @@ function(run label)
   if(NOT status STREQUAL "0")
     message(FATAL_ERROR "${label} failed")
   endif()
+  set(out "${out}" PARENT_SCOPE)  # what the run printed, for the checks after it
 endfunction()
 
 run("uninterrupted, 3 epochs" --epochs 3 --out ${OUT}/whole)
@@ -31,6 +32,10 @@ if(EXISTS ${OUT}/run.ckpt.tmp OR NOT EXISTS ${OUT}/run.ckpt)
   message(FATAL_ERROR "the checkpoint should be ${OUT}/run.ckpt, with no .tmp left")
 endif()
 run("resumed to 3 epochs" --epochs 3 --resume ${OUT}/run.ckpt --out ${OUT}/parts)
+# ... from the checkpoint: a run that trained again from the start would give the same curve.
+if(NOT "${out}" MATCHES "resumed from [^\n]*run.ckpt after epoch 2")
+  message(FATAL_ERROR "the resumed run does not say it resumed after epoch 2")
+endif()
 
 # --epochs counts the whole run: resuming the 2 saved epochs with --epochs 2 or 1 has nothing to do.
 foreach(epochs 2 1)

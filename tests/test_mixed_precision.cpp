@@ -485,10 +485,10 @@ TEST_CASE("Ring16Allreduce: random gradients sum to within the format's rounding
   for (int i = 1; i < k; ++i) testing::check_equal(buffers[i].download(), got, "device " + std::to_string(i));
 }
 
-// ---- real data (a ctest case of its own: ~15 s) ------------------------------------------------
+// ---- real data (a ctest case of its own: ~20 s) ------------------------------------------------
 
 // Skipped in the suite's own run (doctest::skip); ctest runs it alone with --no-skip.
-TEST_CASE("real data: bf16 and scaled fp16 train as well as fp32 (2 epochs of 10,240 images)" * doctest::skip()) {
+TEST_CASE("real data: bf16 and scaled fp16 train about as well as fp32 (2 epochs of 10,240 images)" * doctest::skip()) {
   const mgpu::FashionMnist data = mgpu::load_fashion_mnist("", /*limit_train=*/10240);
   mgpu::Options o;
   o.epochs = 2;
@@ -497,7 +497,8 @@ TEST_CASE("real data: bf16 and scaled fp16 train as well as fp32 (2 epochs of 10
   o.devices = 2;
   o.out = (std::filesystem::temp_directory_path() / "mgpu_test_mixed_precision").string();
   o.progress = mgpu::Options::Progress::Off;
-  for (Precision p : {Precision::BF16, Precision::FP16}) {
+  double fp32_acc = 0;
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
     CAPTURE(mixed::name_of(p));
     mixed::MixedFlags f;
     f.options.precision = p;
@@ -505,8 +506,18 @@ TEST_CASE("real data: bf16 and scaled fp16 train as well as fp32 (2 epochs of 10
     mgpu::DeviceSet devices(2);
     mgpu::TrainingLog log("06_mixed_precision", "test_" + mixed::name_of(p), o, 2, data.train.count);
     const std::vector<mixed::ScalerEpoch> scaler = mixed::train(devices, data, o, f.options, log);
-    CHECK(log.records().back().test_acc >= 0.5);  // chance is 0.1; fp32 reaches 0.60 here
-    if (p == Precision::FP16) CHECK(scaler.back().scale < 65536.0f * 1024);  // it did not just grow
+    const double acc = log.records().back().test_acc;
+    MESSAGE(mixed::name_of(p) << ": test accuracy " << acc << ", final loss scale " << scaler.back().scale);
+    if (p == Precision::FP32) {
+      fp32_acc = acc;
+      CHECK(acc >= 0.5);  // chance is 0.1: the recipe leaves the plateau
+    } else {
+      // "As well as fp32": within 8 points of the same recipe (1.3 and 3.5 below it on a 2-core
+      // Xeon VM; mid-way up the curve, the digits differ between CPUs).
+      CHECK(acc >= fp32_acc - 0.08);
+    }
+    // fp16 at the start scale 2^16 overflows, so the scaler must have halved (to 256 on that VM).
+    if (p == Precision::FP16) CHECK(scaler.back().scale < 65536.0f);
   }
 }
 

@@ -160,13 +160,17 @@ TEST_CASE("checkpoint after epoch 1, resume: the uninterrupted run, on the same 
 
   mp::Config first = small_config(1);
   first.checkpoint = file;
-  train(w, first);
+  const mp::RunResult stopped = train(w, first);
   mp::Config rest = small_config(3);
   rest.resume = file;
   const mp::RunResult resumed = train(w, rest);
   // Same ranks, same start, same batches: the same arithmetic, bit for bit.
   CHECK(flat(resumed.params) == flat(uninterrupted.params));
   REQUIRE(resumed.history.size() == 3);
+  // Epoch 1 was restored, not trained again (a run from scratch would give the same numbers):
+  // its seconds are the stopped run's, as recorded, where a second training would measure anew.
+  REQUIRE(stopped.history.size() == 1);
+  CHECK(resumed.history[0].seconds == stopped.history[0].seconds);
   for (std::size_t e = 0; e < 3; ++e) {
     CAPTURE(e);
     CHECK(resumed.history[e].epoch == uninterrupted.history[e].epoch);

