@@ -109,14 +109,16 @@ TEST_CASE("the usage names the program and every flag") {
 TEST_CASE("zero and negative values are refused, naming the flag") {
   check_refused({"--epochs", "0"}, kLenet, "--epochs");
   check_refused({"--epochs", "-3"}, kLenet, "--epochs");
-  check_refused({"--batch-size", "0"}, kLenet, "--batch-size");
-  check_refused({"--batch-size", "-256"}, kLenet, "--batch-size");
-  check_refused({"--lr", "0"}, kLenet, "--lr");
-  check_refused({"--lr", "-0.1"}, kLenet, "--lr");
-  check_refused({"--devices", "0"}, kMulti, "--devices");
-  check_refused({"--devices", "-2"}, kMulti, "--devices");
-  check_refused({"--limit-train", "-1"}, kLenet, "--limit-train");
-  check_refused({"--seed", "-1"}, kLenet, "--seed");
+  // The whole reason, value included: a parser that took "-1" for the next option would also
+  // name the flag, but not say this.
+  check_refused({"--batch-size", "0"}, kLenet, "--batch-size must be at least 1, got 0");
+  check_refused({"--batch-size", "-256"}, kLenet, "--batch-size must be at least 1, got -256");
+  check_refused({"--lr", "0"}, kLenet, "--lr must be positive, got 0");
+  check_refused({"--lr", "-0.1"}, kLenet, "--lr must be positive, got -0.1");
+  check_refused({"--devices", "0"}, kMulti, "--devices must be at least 1, got 0");
+  check_refused({"--devices", "-2"}, kMulti, "--devices must be at least 1, got -2");
+  check_refused({"--limit-train", "-1"}, kLenet, "--limit-train must be zero or more, got -1");
+  check_refused({"--seed", "-1"}, kLenet, "--seed must be zero or more, got -1");
 }
 
 TEST_CASE("values that are not numbers (or not whole ones) are refused, naming the flag") {

@@ -559,9 +559,16 @@ TEST_CASE("$FASHION_MNIST_DIR is searched first; --data-dir overrides it") {
 }
 
 TEST_CASE("$FASHION_MNIST_DIR without the files is passed over for the next place") {
+  // Where the data is found without the variable, it must be found with the empty folder in it
+  // too: a finder that stopped at the variable's folder would fail here, not take the else.
+  const bool found_without = [] {
+    const ScopedEnv unset("FASHION_MNIST_DIR", "");
+    return error_of([] { mgpu::find_fashion_mnist(""); }).empty();
+  }();
   TempDir empty;
   const ScopedEnv env("FASHION_MNIST_DIR", empty.path.string());
   const std::string message = error_of([] { mgpu::find_fashion_mnist(""); });
+  CHECK(message.empty() == found_without);
   if (message.empty()) {
     CHECK(mgpu::find_fashion_mnist("") != empty.path.string());  // found elsewhere (the real data)
   } else {

@@ -247,3 +247,26 @@ TEST_CASE("timeline: every forward and backward of every stage, in an order the 
     CHECK(bubble.busy[s] <= 1.0);
   }
 }
+
+TEST_CASE("measure_bubble: busy, idle, stage time and step length of hand-made timelines") {
+  // Two steps of 2 stages, 2 micro-batches, replica 0 (a replica 1 span must be ignored).
+  // Step 0 lasts 10 s: stage 0 computes 1+1 (F) + 2+2 (B) = 6 s, stage 1 computes 1+1 + 1+1 = 4 s;
+  // a 'W' (waiting) and a 'C' (copy) span count toward the step's length, not toward busy.
+  // Step 1 lasts 5 s: stage 0 computes 5 s, stage 1 computes 1 s.
+  using S = pp::Span;
+  const std::vector<S> spans = {
+      {0, 0, 0, 'F', 0, 0, 1}, {0, 0, 0, 'F', 1, 1, 2}, {0, 0, 0, 'B', 1, 5, 7}, {0, 0, 0, 'B', 0, 7, 9},
+      {0, 0, 1, 'C', 0, 1, 1.5}, {0, 0, 1, 'F', 0, 2, 3}, {0, 0, 1, 'F', 1, 3, 4},
+      {0, 0, 1, 'B', 1, 4, 5}, {0, 0, 1, 'B', 0, 5, 6}, {0, 0, 1, 'W', -1, 6, 10},
+      {0, 1, 0, 'F', 0, 0, 100},  // replica 1: not counted
+      {1, 0, 0, 'F', 0, 20, 22}, {1, 0, 0, 'B', 0, 22, 25}, {1, 0, 1, 'F', 0, 22, 23}};
+  const pp::Bubble b = pp::measure_bubble(spans, 2, 2);
+  CHECK(b.step_seconds == doctest::Approx((10.0 + 5.0) / 2));
+  CHECK(b.busy[0] == doctest::Approx((6.0 / 10 + 5.0 / 5) / 2));
+  CHECK(b.busy[1] == doctest::Approx((4.0 / 10 + 1.0 / 5) / 2));
+  CHECK(b.idle[0] == doctest::Approx(1 - b.busy[0]));
+  CHECK(b.idle[1] == doctest::Approx(1 - b.busy[1]));
+  CHECK(b.stage_time[0] == doctest::Approx((6.0 / 2 + 5.0 / 2) / 2));  // per micro-batch, mean over steps
+  CHECK(b.stage_time[1] == doctest::Approx((4.0 / 2 + 1.0 / 2) / 2));
+  CHECK_THROWS_AS(pp::measure_bubble({}, 2, 2), mgpu::Error);  // no step at all
+}
