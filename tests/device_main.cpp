@@ -26,7 +26,12 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   const std::string flag = "--needs-gpus=";
   if (args.size() > 1 && std::string(args[1]).rfind(flag, 0) == 0) {
-    needs = std::stoi(std::string(args[1]).substr(flag.size()));
+    const std::string value = std::string(args[1]).substr(flag.size());
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 3) {
+      std::fprintf(stderr, "%s: --needs-gpus wants a GPU count, got '%s'\n", suite.c_str(), value.c_str());
+      return 2;
+    }
+    needs = std::stoi(value);
     args.erase(args.begin() + 1);
   }
   if (mgpu::kCudaBackend && mgpu::gpu_count() < needs) {
