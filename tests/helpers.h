@@ -90,6 +90,12 @@ inline void check_close(const std::vector<float>& got, const ref::Tensor& want, 
                                << ", expected " << (bad ? want[worst] : 0.0));
 }
 
+// Whether any element is nonzero: a gradient check that compares two zero tensors would pass
+// whatever the code did, so the checks that compare gradients ask this too.
+inline bool has_nonzero(const std::vector<float>& v) {
+  return std::any_of(v.begin(), v.end(), [](float x) { return x != 0.0f; });
+}
+
 // Bit-for-bit equality, reporting the first difference.
 inline void check_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   REQUIRE_MESSAGE(got.size() == want.size(), what << ": " << got.size() << " elements, expected " << want.size());

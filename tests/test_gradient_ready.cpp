@@ -3,7 +3,6 @@
 // gradient is final, so an allreduce started from the announcement sums the right numbers.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "chapters/01_lenet/lenet.h"
@@ -71,7 +70,7 @@ void check_announcements(int n, int lanes, int chunk) {
     CAPTURE(lenet::kParams[t].name);
     CHECK(with.at_announcement[t] == with.final_grads[t]);  // final when announced
     // ... and not trivially so: a backward pass that computed nothing would also be "final".
-    CHECK(std::any_of(with.final_grads[t].begin(), with.final_grads[t].end(), [](float v) { return v != 0.0f; }));
+    CHECK(testing::has_nonzero(with.final_grads[t]));
   }
   // The hook changes nothing in the arithmetic.
   const Announced without = run(n, lanes, chunk, false);

@@ -14,6 +14,13 @@
 
 namespace {
 
+std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::ostringstream read;
+  read << in.rdbuf();
+  return read.str();
+}
+
 const char* kSolved =
     "int f(int x) {\n"
     "  int y = x;\n"
@@ -108,10 +115,7 @@ TEST_CASE("the repository's markers are all well-formed, and mark exactly the gr
   for (const fs::directory_entry& e : fs::directory_iterator(root / "tests")) {
     const std::string name = e.path().filename().string();
     if (name != "CMakeLists.txt" && !(name.rfind("chapter", 0) == 0 && e.path().extension() == ".cmake")) continue;
-    std::ifstream in(e.path());
-    std::ostringstream read;
-    read << in.rdbuf();
-    const std::string text = read.str();
+    const std::string text = read_text(e.path());
     for (std::sregex_iterator m(text.begin(), text.end(), registration), end; m != end; ++m) graded.insert((*m)[1]);
   }
   CHECK(graded.size() == 25);  // the exercises of chapters 01-09, as the READMEs' tables list them
@@ -122,10 +126,7 @@ TEST_CASE("the repository's markers are all well-formed, and mark exactly the gr
       const std::string ext = e.path().extension().string();
       if (!e.is_regular_file() || (ext != ".cu" && ext != ".cpp" && ext != ".h")) continue;
       if (e.path().filename() == "test_holes.cpp") continue;  // this file's examples
-      std::ifstream in(e.path());
-      std::ostringstream read;
-      read << in.rdbuf();
-      const std::string text = read.str();
+      const std::string text = read_text(e.path());
       for (const holes::Region& r : holes::find_regions(text, fs::relative(e.path(), root).string()))
         marked.insert(r.exercise);
       for (std::size_t at = text.find(stub); at != std::string::npos; at = text.find(stub, at + 1)) {

@@ -345,7 +345,7 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
     CAPTURE(kParams[t].name);
     check_close(whole.grad[t], ref::to_double(plain_grad[t]), 1e-5, std::string("d") + kParams[t].name);
     // And no tensor's gradient is zero (a bug that dropped it everywhere would still "agree").
-    CHECK(std::any_of(whole.grad[t].begin(), whole.grad[t].end(), [](float v) { return v != 0.0f; }));
+    CHECK(testing::has_nonzero(whole.grad[t]));
   }
 
   // The accumulated metrics are the sums of the per-example losses and hits (the plain pass's).
