@@ -35,6 +35,29 @@ void prepare_output_folder(const std::string& out) {
   if (!written) throw Error("--out " + out + ": cannot write files there");
 }
 
+namespace {
+
+// write_whole_file's failure: the temporary goes, `path` stays as it was.
+[[noreturn]] void write_failed(const std::string& path, const std::string& tmp, const char* doing, int error) {
+  std::remove(tmp.c_str());
+  throw Error(path + ": cannot be written (" + doing + " " + tmp + ": " + std::strerror(error) + ")");
+}
+
+}  // namespace
+
+void write_whole_file(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) write_failed(path, tmp, "creating", errno);
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  const int write_error = errno;
+  // fclose reports what the system could not store until then (a full disk often shows only here).
+  const bool closed = std::fclose(f) == 0;
+  if (!written) write_failed(path, tmp, "writing", write_error);
+  if (!closed) write_failed(path, tmp, "closing", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) write_failed(path, tmp, "renaming it to the file", errno);
+}
+
 TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& options, int devices,
                          int train_examples)
     : chapter_(std::move(chapter)), run_(std::move(run)), options_(options), devices_(devices),
@@ -115,17 +138,16 @@ std::string TrainingLog::csv_path() const { return (fs::path(options_.out) / (ru
 
 void TrainingLog::finish() const {
   prepare_output_folder(options_.out);  // again: it may have gone while the run trained
-  std::ofstream csv(csv_path());
-  if (!csv) throw Error(csv_path() + ": cannot be written");
   // in_sec_per_epoch: 0 for the first epoch (one-time set-up included, left out of the mean
   // when there are more epochs), 1 for those the result line's sec_per_epoch averages.
+  std::ostringstream csv;
   csv << "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n";
   for (std::size_t i = 0; i < records_.size(); ++i) {
     const EpochRecord& r = records_[i];
     csv << r.epoch << ',' << r.train_loss << ',' << r.train_acc << ',' << r.test_acc << ',' << r.seconds << ','
         << (i >= timed_from() ? 1 : 0) << '\n';
   }
-  csv.close();
+  write_whole_file(csv_path(), csv.str());
   std::printf("wrote %s\n", csv_path().c_str());
   const std::string png = (fs::path(options_.out) / (run_ + ".png")).string();
   char title[256];
@@ -174,15 +196,11 @@ int run_gnuplot_in(const fs::path& folder, const std::string& script) {
 bool run_gnuplot(const std::string& png_path, const std::string& commands) {
   // The script is kept beside the picture, so a reader can restyle and re-run it (from there).
   const fs::path script_path = fs::path(png_path).replace_extension(".gp");
-  std::ofstream gp(script_path);
-  if (!gp) throw Error(script_path.string() + ": cannot be written");
-  gp << "# cd to this folder, then: gnuplot " << script_path.filename().string() << "\n"
-     << "set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript\n"
-     << "set output " << gnuplot_file(png_path, png_path) << "\n"
-     << "set datafile separator ','\n"
-     << commands;
-  gp.close();
-  if (!gp) throw Error(script_path.string() + ": cannot be written");
+  write_whole_file(script_path.string(),
+                   "# cd to this folder, then: gnuplot " + script_path.filename().string() + "\n" +
+                       "set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript\n" +
+                       "set output " + gnuplot_file(png_path, png_path) + "\n" + "set datafile separator ','\n" +
+                       commands);
   const int status = run_gnuplot_in(script_path.parent_path(), script_path.filename().string());
   if (status == 127) {
     std::fprintf(stderr, "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSV has the numbers\n");

@@ -28,6 +28,14 @@ struct EpochRecord {
 // Throws mgpu::Error naming the folder and the reason.
 void prepare_output_folder(const std::string& out);
 
+// Writes `bytes` to `path` so that a reader finds either the file as it was or the whole new one,
+// never a part: into a temporary beside it (`<path>.<pid>.tmp`, unique to this process, so two
+// runs never share one), whose write and close are checked, then renamed over `path` in one
+// step. A failure (a full disk, a folder that went away) throws mgpu::Error naming the file and
+// the system's reason, removes the temporary and leaves `path` untouched. Every results file
+// (CSVs, plot scripts, dumps) is written this way.
+void write_whole_file(const std::string& path, const std::string& bytes);
+
 class TrainingLog {
  public:
   // `run` names the files ("01_lenet", "02_data_parallel_k2"); `chapter` goes on the result line.

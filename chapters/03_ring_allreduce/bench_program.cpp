@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "benchmark.h"
 #include "common/backend.h"
@@ -209,8 +210,7 @@ void print_interconnect_predictions(const Settings& settings) {
 // (shared memory, alpha and beta as calibrated) and the published interconnects'. The figure of
 // measured times beside the predictions is drawn from it (make_figures.sh).
 void write_model_csv(const std::string& path, const cost::SharedMemory& shared, const Settings& settings) {
-  std::ofstream csv(path);
-  if (!csv) throw mgpu::Error(path + ": cannot be written");
+  std::ostringstream csv;
   csv << "model,devices,bytes,naive_us,ring_us\n";
   const auto row = [&](const std::string& name, const auto& model, int k, double bytes) {
     csv << '"' << name << "\"," << k << ',' << bytes << ',' << cost::naive_seconds(model, k, bytes) * 1e6 << ','
@@ -224,6 +224,7 @@ void write_model_csv(const std::string& path, const cost::SharedMemory& shared, 
   };
   rows("this machine (shared memory)", shared);
   for (const cost::Interconnect& c : cost::published_interconnects(settings.alpha_us * 1e-6)) rows(c.name, c);
+  mgpu::write_whole_file(path, csv.str());
 }
 
 }  // namespace

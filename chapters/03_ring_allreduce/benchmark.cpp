@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -144,8 +143,7 @@ std::vector<std::pair<std::string, int>> lines_of(const std::vector<Measurement>
 }  // namespace
 
 void write_csv(const std::string& path, const std::vector<Measurement>& results) {
-  std::ofstream csv(path);
-  if (!csv) throw mgpu::Error(path + ": cannot be written");
+  std::ostringstream csv;
   csv << "algorithm,devices,bytes,count,time_us,algbw_GBps,busbw_GBps,wrong\n";
   // Line by line (each line's rows together, sizes ascending), so the plot's lines are unbroken.
   for (const auto& [algorithm, devices] : lines_of(results))
@@ -153,6 +151,7 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results)
       if (m.algorithm == algorithm && m.devices == devices)
         csv << m.algorithm << ',' << m.devices << ',' << m.bytes << ',' << m.count << ',' << m.time_us << ','
             << m.algbw << ',' << m.busbw << ',' << m.wrong << '\n';
+  mgpu::write_whole_file(path, csv.str());
 }
 
 bool plot(const std::string& png_path, const std::string& csv_path, const std::string& title,

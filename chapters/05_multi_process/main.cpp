@@ -6,7 +6,6 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,9 +71,7 @@ void write_timeline(const mp::World& w, const mp::Config& c, const std::array<mp
   const std::string all = mp::gather_text(w, rows);
   if (w.rank != 0) return;
   const std::string path = (std::filesystem::path(c.o.out) / (run_name(w, c) + "_timeline.csv")).string();
-  std::ofstream csv(path);
-  csv << "rank,overlap,lane,what,begin_ms,end_ms\n" << all;
-  if (!csv.flush()) throw mgpu::Error(path + ": cannot be written");
+  mgpu::write_whole_file(path, "rank,overlap,lane,what,begin_ms,end_ms\n" + all);
   std::printf("wrote %s (one traced step with overlap off and one with it on, every rank)\n", path.c_str());
 }
 

@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "common/batches.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/gemm.h"  // set_gemm_precision
+#include "common/report.h"  // write_whole_file
 #include "common/timer.h"
 #include "mixed.h"
 #include "ring16.h"
@@ -308,15 +309,14 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
 
 std::string write_scaler_csv(const std::string& out, const std::string& run, const std::vector<ScalerEpoch>& epochs) {
   const std::string csv = (std::filesystem::path(out) / (run + "_scaler.csv")).string();
-  std::ofstream f(csv);
+  std::ostringstream f;
   f << "epoch,loss_scale,skipped_steps,steps,flushed_dz4,flushed_dz3,flushed_dz2,flushed_dz1\n";
   for (const ScalerEpoch& e : epochs) {
     f << e.epoch << ',' << e.scale << ',' << e.skipped << ',' << e.steps;
     for (double x : e.flushed) f << ',' << x;
     f << '\n';
   }
-  f.close();
-  if (!f) throw mgpu::Error(csv + ": cannot be written");
+  mgpu::write_whole_file(csv, f.str());
   return csv;
 }
 

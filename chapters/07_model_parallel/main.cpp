@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -96,14 +95,13 @@ void write_timeline(const std::vector<pp::Span>& spans, int step, const std::str
   int devices = 0;
   for (const pp::Span& s : spans)
     if (s.step == step) t0 = std::min(t0, s.begin), devices = std::max(devices, s.replica * stages + s.stage + 1);
-  std::ofstream f(csv);
+  std::ostringstream f;
   f << "replica,stage,device,kind,micro,begin_ms,end_ms\n";
   for (const pp::Span& s : spans)
     if (s.step == step)
       f << s.replica << ',' << s.stage << ',' << s.replica * stages + s.stage << ',' << s.kind << ',' << s.micro << ','
         << (s.begin - t0) * 1e3 << ',' << (s.end - t0) * 1e3 << '\n';
-  f.close();
-  if (!f) throw mgpu::Error("cannot write " + csv);
+  mgpu::write_whole_file(csv, f.str());
   // One bar (boxxyerror: x centre, y, half width, half height) per span of a kind, per device row.
   std::string plot = "set title '" + title + "'\nset xlabel 'ms from the start of the step'\nset ylabel 'device'\n"
                      "set yrange [" + std::to_string(devices) + " - 0.4:-0.6]\nset ytics 1\nset style fill solid 0.8 noborder\nset key outside\n"

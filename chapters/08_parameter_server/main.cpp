@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -96,27 +96,28 @@ std::filesystem::path out_file(const mgpu::Options& o, const std::string& name) 
 // the pieces of work done and the seconds spent waiting. <run>_staleness.csv: the histogram per
 // epoch, and its plot.
 void write_push_files(const std::string& run, const mgpu::Options& o, const ps::RunResult& r) {
-  std::ofstream pushes(out_file(o, run + "_pushes.csv"));
+  std::ostringstream pushes;
   pushes << "worker,shard,epoch,pulled,applied,staleness,seconds\n";
   for (const ps::PushRecord& p : r.records)
     if (p.shard == 0)
       pushes << p.worker << ',' << p.shard << ',' << p.epoch << ',' << p.pulled << ',' << p.applied << ','
              << p.staleness() << ',' << p.seconds << '\n';
-  std::ofstream workers(out_file(o, run + "_workers.csv"));
+  std::ostringstream workers;
   workers << "epoch,worker,items,clock_wait_s,straggler_sleep_s\n";
   for (std::size_t e = 0; e < r.workers.size(); ++e)
     for (std::size_t i = 0; i < r.workers[e].size(); ++i)
       workers << e + 1 << ',' << i << ',' << r.workers[e][i].items << ',' << r.workers[e][i].clock_wait_s << ','
               << r.workers[e][i].straggler_sleep_s << '\n';
   const std::string csv = out_file(o, run + "_staleness.csv").string();
-  std::ofstream hist(csv);
+  std::ostringstream hist;
   hist << "epoch,staleness,pushes\n";
   for (int e = 0; e <= o.epochs; ++e) {  // epoch 0: the whole run
     const std::vector<std::int64_t> h = ps::staleness_histogram(r.records, e);
     for (std::size_t s = 0; s < h.size(); ++s) hist << e << ',' << s << ',' << h[s] << '\n';
   }
-  hist.close();
-  if (!pushes || !workers || !hist) throw mgpu::Error("cannot write the push files under " + o.out);
+  mgpu::write_whole_file(out_file(o, run + "_pushes.csv").string(), pushes.str());
+  mgpu::write_whole_file(out_file(o, run + "_workers.csv").string(), workers.str());
+  mgpu::write_whole_file(csv, hist.str());
   const std::string png = out_file(o, run + "_staleness.png").string();
   if (mgpu::run_gnuplot(png, "set title '" + run + ": staleness of the pushes (all epochs)'\n"
                              "set xlabel 'staleness (updates between pull and push)'\nset ylabel 'pushes'\n"

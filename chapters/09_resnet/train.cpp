@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "../02_data_parallel/data_parallel.h"
 #include "../03_ring_allreduce/ring.h"
 #include "common/batches.h"
+#include "common/report.h"  // write_whole_file
 #include "common/timer.h"
 #if MGPU_HAVE_NCCL
 #include "../04_nccl/nccl_allreduce.h"
@@ -131,9 +132,7 @@ double evaluate_accuracy(Devices& s, std::vector<lenet::DeviceImages>& test, boo
 }
 
 void write_floats(const std::filesystem::path& file, const std::vector<float>& v) {
-  std::ofstream out(file, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  if (!out) throw mgpu::Error("cannot write " + file.string());
+  mgpu::write_whole_file(file.string(), std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
 }
 
 // One table's tensors out of a flat download, one file each, in PyTorch's layout: the fc weight
@@ -337,11 +336,8 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   // The batch, the logits [n][10] (from each device's [10][n_i]) and the mean loss.
   const std::size_t pixels = std::size_t(n) * 28 * 28;
   write_floats(dir / "images.f32", std::vector<float>(data.train.pixels.begin(), data.train.pixels.begin() + pixels));
-  {
-    std::ofstream labels(dir / "labels.i32", std::ios::binary);
-    labels.write(reinterpret_cast<const char*>(data.train.labels.data()), std::streamsize(n * sizeof(std::int32_t)));
-    if (!labels) throw mgpu::Error("cannot write " + (dir / "labels.i32").string());
-  }
+  mgpu::write_whole_file((dir / "labels.i32").string(),
+                         std::string(reinterpret_cast<const char*>(data.train.labels.data()), n * sizeof(std::int32_t)));
   // Every device's logits [10][n_i], as [n][10].
   auto all_logits = [&replicas] {
     std::vector<float> logits;
@@ -364,13 +360,13 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   share_running_statistics(replicas);
   forward(s, /*training=*/false);
   write_floats(dir / "eval_logits.f32", all_logits());
-  std::ofstream meta(dir / "meta.txt");
+  std::ostringstream meta;
   meta << "width=" << ro.width << "\ndevices=" << k << "\nbn=" << name_of(ro.bn) << "\nbatch=" << n << "\nshards=";
   for (int i = 0; i < k; ++i) meta << (i ? "," : "") << sizes[i];
   meta << "\nmomentum=" << kBatchNormMomentum << "\neps=" << kBatchNormEps << "\nprecision="
        << mgpu::to_string(mgpu::precision_in_this_build(ro.precision))  // what the GEMMs did
        << "\nbackend=" << mgpu::kBackendName << "\n";
-  if (!meta) throw mgpu::Error("cannot write " + (dir / "meta.txt").string());
+  mgpu::write_whole_file((dir / "meta.txt").string(), meta.str());
   std::printf("wrote one training step of %d images on %d device(s), BatchNorm %s, to %s\n"
               "check it: /usr/bin/python3 chapters/09_resnet/crosscheck.py %s\n",
               n, k, name_of(ro.bn).c_str(), dir.string().c_str(), dir.string().c_str());
