@@ -47,7 +47,8 @@ usage: $program_name [options]
 
 options:
   --to DIR    where to write the kit (default offline-kit in the repository); it must not
-              exist yet, or be a kit this script wrote before (it is then written anew)
+              exist yet, or be a kit this script wrote before (it is then written anew): a
+              kit carries the file .offline_kit, and a folder without it is never touched
   --no-mpi    leave Open MPI out (chapter 05 is then not built)
   --help      this text
 
@@ -65,6 +66,18 @@ refuse_command_line() {
 fail() {
   echo "$program_name: $1" >&2
   exit 1
+}
+
+# What this script writes carries a marker, a file whose first line names the script and the
+# kit's format. It replaces or deletes a folder only when that marker proves the folder its own:
+# a MANIFEST alone proves nothing (many folders have one).
+readonly marker_name=.offline_kit
+readonly marker_first_line="offline_kit.sh kit, format 1"
+is_ours() {  # folder -> status 0 when it carries the marker (a kit, or one being written)
+  local first=""
+  [[ -d "$1" && ! -L "$1" && -f "$1/$marker_name" ]] || return 1
+  IFS= read -r first <"$1/$marker_name" || true
+  [[ "$first" =~ ^offline_kit\.sh\ kit,\ format\ [0-9]+$ ]]
 }
 
 kit="$repo_root/offline-kit"
@@ -91,20 +104,66 @@ if [[ "$with_mpi" == yes && "$kit" =~ $unsafe_for_mpi ]]; then
   refuse_command_line "--to: '$kit' has a space, quote or backslash in it, which Open MPI's compiler wrappers cannot pass on to CMake; choose another folder (or --no-mpi)"
 fi
 
+# The folders it would replace, checked before anything is fetched: the kit, and the folder
+# beside it where the kit is put together (DIR.partial), which a run that was stopped leaves.
+partial="$kit.partial"
+not_ours_because() {  # folder -> why it is not taken for this script's
+  if [[ -L "$1" ]]; then
+    echo "it is a symbolic link"
+  elif [[ ! -d "$1" ]]; then
+    echo "it is not a folder"
+  elif [[ ! -e "$1/$marker_name" ]]; then
+    echo "it has no $marker_name file"
+  else
+    echo "its $marker_name does not begin with the line '$marker_first_line'"
+  fi
+}
+if [[ -e "$kit" || -L "$kit" ]] && ! is_ours "$kit"; then
+  old=""
+  if [[ -f "$kit/MANIFEST" ]] && head -n 1 "$kit/MANIFEST" | grep -q '^offline kit for the mgpu repository, written '; then
+    old="; if it is a kit an older offline_kit.sh wrote (its MANIFEST says so; those had no marker), remove it yourself (rm -rf -- '$kit') and run again"
+  fi
+  fail "$kit exists and is not a kit this script wrote ($(not_ours_because "$kit")): nothing in it was touched; choose another --to, or move it away yourself$old"
+fi
+if [[ -e "$partial" || -L "$partial" ]] && ! is_ours "$partial"; then
+  fail "$partial is in the way (this script puts the kit together there first) and it is not this script's ($(not_ours_because "$partial")): nothing in it was touched; move it away or remove it yourself, or choose another --to"
+fi
+
 for tool in apt-get dpkg-deb; do
   command -v "$tool" >/dev/null || fail "$tool not found: this script runs on Debian 12 (or a derivative with its packages)"
 done
-if [[ -e "$kit" && ! -f "$kit/MANIFEST" ]]; then
-  fail "$kit exists and is not a kit this script wrote (no MANIFEST): choose another --to, or remove it"
-fi
 
 packages=("${base_packages[@]}")
 [[ "$with_mpi" == yes ]] && packages+=("${mpi_packages[@]}")
 
 # The kit is put together in a folder beside it and takes its name only when it is complete.
+# That folder is removed when this run fails or is stopped (the trap below): only when this run
+# made it. One a run left that could not clean up (killed, the machine down) carries the
+# marker, and is removed here.
 final_kit=$kit
-kit="$final_kit.partial"
-rm -rf -- "$kit"
+kit=$partial
+if [[ -e "$kit" || -L "$kit" ]]; then
+  is_ours "$kit" || fail "$kit is not this script's ($(not_ours_because "$kit")): nothing in it was touched"
+  echo "$program_name: removing $kit, left unfinished by an earlier run" >&2
+  rm -rf -- "$kit"
+fi
+made_partial=no
+remove_own_partial() {
+  if [[ "$made_partial" == yes && -d "$kit" ]]; then
+    rm -rf -- "$kit"
+    echo "$program_name: removed the unfinished $kit" >&2
+  fi
+}
+trap remove_own_partial EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+mkdir -p -- "$(dirname -- "$kit")"
+mkdir -- "$kit" || fail "cannot make $kit"
+made_partial=yes
+printf '%s\n%s\n' "$marker_first_line" \
+  "Written by tools/offline_kit.sh of the mgpu repository, which replaces or deletes this folder only while this file is in it." \
+  >"$kit/$marker_name"
 mkdir -p -- "$kit/debs" "$kit/root"
 
 echo "$program_name: downloading ${#packages[@]} packages into $kit/debs"
@@ -230,7 +289,13 @@ fi
   echo "  ${from_machine_plugins:-none}"
 } >"$kit/MANIFEST"
 
-rm -rf -- "$final_kit"
+# Checked again: the folder may have changed during the minutes of the download.
+if [[ -e "$final_kit" || -L "$final_kit" ]]; then
+  is_ours "$final_kit" ||
+    fail "$final_kit is no longer a kit this script wrote ($(not_ours_because "$final_kit")): nothing in it was touched; the new kit was not kept"
+  rm -rf -- "$final_kit"
+fi
 mv -- "$kit" "$final_kit"
+made_partial=no
 echo "$program_name: wrote $final_kit ($(du -sh "$final_kit" | cut -f 1)); on the GPU machine, from the repository root:"
 printf '  source %q/env.sh && tools/gpu_check.sh\n' "$(realpath --relative-to="$repo_root" "$final_kit")"

@@ -1,0 +1,10 @@
+# --- The tools' own safety (scripts in tests/tools/, each a few seconds, none needs the network
+# or a GPU): a tool deletes or replaces only what it can prove it made, and says plainly when it
+# cannot write where it writes.
+
+# tools/offline_kit.sh: someone else's folder (a MANIFEST of theirs) or DIR.partial is refused
+# and left as it was; its own kit is replaced; its unfinished DIR.partial removed, after a
+# failure, a SIGTERM, or by the next run. A stand-in apt-get makes the packages: nothing is
+# downloaded. Skipped (77) where dpkg-deb is missing.
+add_test(NAME offline_kit_ownership COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/offline_kit_ownership.sh)
+set_tests_properties(offline_kit_ownership PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
