@@ -3,10 +3,17 @@
 // from (seed, epoch), so a run is reproducible and any epoch can be re-created alone.
 // The last batch keeps the remainder (60000 = 234 * 256 + 96), as d2l's does.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 namespace mgpu {
+
+// The most examples one batch of an epoch can hold: --batch-size, or the whole training set
+// when that is smaller (then an epoch is one batch, as d2l's DataLoader gives it). Buffers are
+// sized by this, never by the flag alone: --batch-size 10000000 on 512 images must allocate for
+// 512, not fail for 31 GB.
+inline int largest_batch(int batch_size, int train_examples) { return std::min(batch_size, train_examples); }
 
 class ShuffledBatches {
  public:

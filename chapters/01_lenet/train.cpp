@@ -54,7 +54,7 @@ struct Trainer {
 HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                  mgpu::TrainingLog& log, bool capture_step, long* replayed_steps) {
   const mgpu::Device& d = devices[0];
-  Trainer t(d, data.train, o.seed, o.batch_size);
+  Trainer t(d, data.train, o.seed, mgpu::largest_batch(o.batch_size, data.train.count));
   const DeviceImages test_set(d, data.test);
   mgpu::ShuffledBatches batches(t.train_set.count, o.batch_size, o.seed);
   mgpu::Buffer<std::int32_t> order(d, t.train_set.count);  // this epoch's permutation, on the device

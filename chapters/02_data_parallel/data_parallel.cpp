@@ -242,7 +242,8 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
   const int k = devices.size();
   check_batches_fit(data.train.count, o.batch_size, k);  // now, not when the epoch's last batch comes
   std::vector<Replica> replicas =
-      make_replicas(devices, lenet::init_params(o.seed), o.batch_size, allreduce.layout());
+      make_replicas(devices, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count),
+                    allreduce.layout());
 
   // The test set: a slice per device (d2l's exercise 4), or all of it on device 0 (d2l's way).
   std::vector<lenet::DeviceImages> test_sets;
@@ -291,7 +292,8 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
 StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                         GradientAllreduce& allreduce, int steps) {
   std::vector<Replica> replicas =
-      make_replicas(devices, lenet::init_params(o.seed), o.batch_size, allreduce.layout());
+      make_replicas(devices, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count),
+                    allreduce.layout());
   std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   batches.start_epoch(0);

@@ -166,10 +166,11 @@ std::array<double, 2> DataParallel::read_metrics() const {
 DataParallelRun train_dataparallel(const DeviceSet& devices, const mgpu::FashionMnist& data,
                                    const mgpu::Options& o, mgpu::TrainingLog& log) {
   check_batches_fit(data.train.count, o.batch_size, devices.size());
-  DataParallel trainer(devices, lenet::init_params(o.seed), o.batch_size);
+  const int largest = mgpu::largest_batch(o.batch_size, data.train.count);
+  DataParallel trainer(devices, lenet::init_params(o.seed), largest);
   DeviceData train(devices[0], data.train);  // device 0 only: the batch is gathered there
   const lenet::DeviceImages test(devices[0], data.test);
-  lenet::Lanes eval_lanes = lenet::make_lanes(devices[0], o.batch_size);
+  lenet::Lanes eval_lanes = lenet::make_lanes(devices[0], largest);
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   mgpu::SyncTimer timer(devices);
   DataParallelRun run;

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "checkpoint.h"
+#include "common/batches.h"  // largest_batch
 #include "common/timer.h"
 #include "sampler.h"
 
@@ -52,6 +53,12 @@ Block test_block(const World& w, const mgpu::Options& o, int test_count) {
 }
 
 // Everything one rank holds while training.
+// The most examples a rank's block of a batch can hold: rank 0's blocks are the largest, of the
+// largest batch an epoch can have (mgpu::largest_batch).
+int largest_block(const World& w, const mgpu::FashionMnist& data, const mgpu::Options& o) {
+  return block_of(mgpu::largest_batch(o.batch_size, data.train.count), w.size, 0).count;
+}
+
 struct RankState {
   RankState(const mgpu::Device& dev, const World& w, const mgpu::FashionMnist& data, const mgpu::Options& o,
             const std::vector<float>& start)
@@ -61,8 +68,8 @@ struct RankState {
         train_set(dev, data.train),
         test_set(dev, slice(data.test, test_block(w, o, data.test.count))),
         order(dev, data.train.count),
-        batch(dev, block_of(o.batch_size, w.size, 0).count),  // rank 0's blocks are the largest
-        lanes(lenet::make_lanes(dev, block_of(o.batch_size, w.size, 0).count)),
+        batch(dev, largest_block(w, data, o)),
+        lanes(lenet::make_lanes(dev, largest_block(w, data, o))),
         metrics(dev) {}
   const mgpu::Device& d;
   lenet::Params params, grads;        // Flat: grads is the bucket the allreduce sums

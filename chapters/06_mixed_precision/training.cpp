@@ -251,7 +251,8 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
   // Every micro-batch is split across the devices: the short last one of an epoch too.
   dp::check_batches_fit(data.train.count, o.batch_size, k);
   const std::unique_ptr<dp::GradientAllreduce> exchange = make_exchange(devices, mo);
-  MixedTrainer trainer(devices, mo, o.batch_size, lenet::init_params(o.seed), *exchange);
+  MixedTrainer trainer(devices, mo, mgpu::largest_batch(o.batch_size, data.train.count), lenet::init_params(o.seed),
+                       *exchange);
 
   // The images as a 16-bit GEMM reads them, rounded once (the pixels i/255 are not all exact in 16 bits).
   std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);

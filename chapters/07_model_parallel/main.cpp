@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
                 data.test.count);
     dp::check_batches_fit(data.train.count, o.batch_size, R);  // every replica gets part of every batch
 
-    pp::Pipeline pipeline(config, lenet::init_params(o.seed), o.batch_size);
+    pp::Pipeline pipeline(config, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count));
     std::printf("backend %s, %d stage(s) x %d replica(s), schedule %s, %d micro-batch(es) of up to %d images\n%s",
                 mgpu::kBackendName, k, R, pp::name_of(c.schedule), c.micro_batches,
                 (o.batch_size / R + c.micro_batches - 1) / c.micro_batches, pipeline.mapping().c_str());

@@ -239,7 +239,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   dp::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  const int capacity = dp::shard_sizes(o.batch_size, k)[0];  // the largest shard
+  const int capacity = dp::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
                           std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
