@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -76,8 +77,18 @@ FlagsResult parse_flags(const std::vector<std::string>& args, const FlagTable& f
   return r;
 }
 
+namespace {
+
+// What strtoll and strtod accept but a number typed on a command line should not start with:
+// white space (they skip it) and '+'.
+bool starts_as_a_number(const std::string& s) {
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '.');
+}
+
+}  // namespace
+
 std::optional<long long> to_integer(const std::string& s) {
-  if (s.empty()) return std::nullopt;
+  if (!starts_as_a_number(s)) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
@@ -86,7 +97,7 @@ std::optional<long long> to_integer(const std::string& s) {
 }
 
 std::optional<double> to_real(const std::string& s) {
-  if (s.empty()) return std::nullopt;
+  if (!starts_as_a_number(s)) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);

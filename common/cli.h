@@ -34,8 +34,9 @@ struct FlagsResult {
 };
 FlagsResult parse_flags(const std::vector<std::string>& args, const FlagTable& flags);
 
-// Whole-string number parsing: "12abc", "", "1e3" (as an integer), out-of-range and non-finite
-// values give nullopt.
+// Whole-string number parsing, strict: "12abc", "", "1e3" (as an integer), " 3" and "+3" (which
+// strtoll and strtod would take: a value typed that way is a slip, and chapter 08 once carried
+// it into a file name), out-of-range and non-finite values give nullopt.
 std::optional<long long> to_integer(const std::string& s);
 std::optional<double> to_real(const std::string& s);
 

@@ -15,6 +15,9 @@ expect_exit(08_parameter_server staleness_alone 2 stderr "--staleness is the bou
 expect_exit(08_parameter_server servers_zero    2 stderr "--servers must be at least 1, got 0" --servers 0)
 expect_exit(08_parameter_server servers_many    2 stderr "--servers must be at most 64, got 65" --servers 65)
 expect_exit(08_parameter_server straggler_form  2 stderr "--straggler needs WORKER:FACTOR, e.g. 0:3, got '1'" --straggler 1)
+# A '+' (or a space) once passed, trained the whole run and failed at the end on the file name
+# made from it: numbers are read strictly now, before anything runs.
+expect_exit(08_parameter_server straggler_plus  2 stderr "--straggler needs WORKER:FACTOR, e.g. 0:3, got '0:.3'" --straggler 0:+3)
 expect_exit(08_parameter_server straggler_fast  2 stderr "--straggler: the factor must be from 1 to 100, got '0.5'"
             --straggler 0:0.5)
 expect_exit(08_parameter_server straggler_who   2 stderr "--straggler 2: there are only 2 workers"

@@ -136,6 +136,25 @@ TEST_CASE("values that are not numbers (or not whole ones) are refused, naming t
   check_refused({"--lr", "inf"}, kLenet, "--lr");
   check_refused({"--epochs", "99999999999999999999"}, kLenet, "--epochs");  // beyond long long
   check_refused({"--epochs", "2000000000"}, kLenet, "--epochs must be at most 1000000000");  // beyond the limit
+  // What strtoll and strtod would take, but a number typed on a command line is not: a leading
+  // space (a quoted ' 3') or '+'.
+  check_refused({"--epochs", " 3"}, kLenet, "--epochs needs an integer, got ' 3'");
+  check_refused({"--epochs", "+3"}, kLenet, "--epochs needs an integer, got '+3'");
+  check_refused({"--lr", "\t0.1"}, kLenet, "--lr needs a number");
+  check_refused({"--lr", "+0.1"}, kLenet, "--lr needs a number, got '+0.1'");
+}
+
+TEST_CASE("to_integer and to_real read the whole string as typed: sign '-' and a leading '.' only") {
+  CHECK(mgpu::to_integer("-3") == -3);
+  CHECK(mgpu::to_integer("42") == 42);
+  CHECK_FALSE(mgpu::to_integer(" 42").has_value());
+  CHECK_FALSE(mgpu::to_integer("+42").has_value());
+  CHECK_FALSE(mgpu::to_integer("42 ").has_value());
+  CHECK(mgpu::to_real(".5") == 0.5);
+  CHECK(mgpu::to_real("-2.5e1") == -25.0);
+  CHECK_FALSE(mgpu::to_real(" 3").has_value());
+  CHECK_FALSE(mgpu::to_real("+3").has_value());
+  CHECK_FALSE(mgpu::to_real("").has_value());
 }
 
 TEST_CASE("--lr is checked as the float it becomes, not as the number written") {
