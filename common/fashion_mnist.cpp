@@ -201,8 +201,9 @@ struct ImageHeader {
   std::uint32_t count, rows, cols;
 };
 
-// The image file's header, checked before anything is allocated for what it declares.
-ImageHeader read_image_header(GzipReader& images) {
+// The image file's header, checked before anything is allocated for what it declares; `rows`
+// and `cols`, where not 0, are the shape the caller's model needs.
+ImageHeader read_image_header(GzipReader& images, int rows, int cols) {
   if (std::uint32_t magic = images.read_big_endian_u32("the IDX magic number"); magic != kImagesMagic)
     images.fail("wrong magic number " + std::to_string(magic) + " (an IDX image file has " +
                 std::to_string(kImagesMagic) + ")");
@@ -215,6 +216,9 @@ ImageHeader read_image_header(GzipReader& images) {
   // An empty set would train on nothing, or give a test accuracy of 0/0.
   if (h.count == 0) images.fail("holds no images (its header says 0)");
   if (h.rows == 0 || h.cols == 0) images.fail("implausible header: " + shape);
+  if ((rows != 0 && h.rows != std::uint32_t(rows)) || (cols != 0 && h.cols != std::uint32_t(cols)))
+    images.fail("Fashion-MNIST images are " + std::to_string(rows) + "x" + std::to_string(cols) + ", this header says " +
+                shape);
   // Both products fit in 64 bits: rows * cols < 2^64, and then at most 2^30 * count < 2^62.
   const std::uint64_t per_image = std::uint64_t(h.rows) * h.cols;
   if (per_image > kMaxPixelBytes || per_image * h.count > kMaxPixelBytes)
@@ -222,14 +226,11 @@ ImageHeader read_image_header(GzipReader& images) {
   return h;
 }
 
-// One split of Fashion-MNIST, whose images must be 28x28: the size this repository's LeNet takes.
+// One split of Fashion-MNIST, whose images must be 28x28: the size this repository's models take
+// (refused from the header, before a header declaring millions of other images is read).
 LabeledImages load_split(const fs::path& dir, const std::string& prefix) {
-  const std::string images = (dir / (prefix + "-images-idx3-ubyte.gz")).string();
-  LabeledImages set = load_idx(images, (dir / (prefix + "-labels-idx1-ubyte.gz")).string());
-  if (set.rows != 28 || set.cols != 28)
-    throw Error(images + ": Fashion-MNIST images are 28x28, these are " + std::to_string(set.rows) + "x" +
-                std::to_string(set.cols));
-  return set;
+  return load_idx((dir / (prefix + "-images-idx3-ubyte.gz")).string(),
+                  (dir / (prefix + "-labels-idx1-ubyte.gz")).string(), 28, 28);
 }
 
 // Keeps the first `limit` examples; 0, or a limit at or above the count, keeps them all.
@@ -264,9 +265,9 @@ std::string find_fashion_mnist(const std::string& data_dir_flag) {
               "`cmake -P data/fetch.cmake`, or pass --data-dir.");
 }
 
-LabeledImages load_idx(const std::string& images_path, const std::string& labels_path) {
+LabeledImages load_idx(const std::string& images_path, const std::string& labels_path, int rows, int cols) {
   GzipReader images(images_path);
-  const ImageHeader h = read_image_header(images);
+  const ImageHeader h = read_image_header(images, rows, cols);
 
   GzipReader labels(labels_path);
   if (std::uint32_t magic = labels.read_big_endian_u32("the IDX magic number"); magic != kLabelsMagic)

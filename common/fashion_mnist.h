@@ -37,8 +37,9 @@ std::string find_fashion_mnist(const std::string& data_dir_flag);
 // it. Checks the magic numbers; that the image header declares at least one image, no side
 // of 0 and at most 1 GiB of pixels; that each file holds exactly what its header declares;
 // that both hold the same number of examples; and that labels are 0..9. Memory grows with the
-// data actually read, never sized from a header's count alone.
-LabeledImages load_idx(const std::string& images_path, const std::string& labels_path);
+// data actually read, never sized from a header's count alone. With `rows` and `cols` given
+// (not 0), the header must declare images of that shape, checked before any pixel is read.
+LabeledImages load_idx(const std::string& images_path, const std::string& labels_path, int rows = 0, int cols = 0);
 
 // Both splits, whose images must be 28x28. limit_train > 0 keeps the first limit_train
 // training images; 0, or a limit at or above the training set's size, keeps them all; a

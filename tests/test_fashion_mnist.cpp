@@ -585,6 +585,20 @@ TEST_CASE("images that are not 28x28 are refused as Fashion-MNIST, naming the fi
   CHECK(contains(message, tiny.file("train-images-idx3-ubyte.gz")));
 }
 
+TEST_CASE("a header declaring 2^27 one-pixel images is refused from the header, before any pixel is read") {
+  // 128 MiB of pixels is within the loader's 1 GiB, so only the shape can refuse it early: the
+  // file holds 3 pixels, and a loader that read first would say "truncated" (after seconds, on a
+  // file that held them all).
+  TempDir tiny;
+  write_tiny_dataset(tiny);
+  write_gz(tiny.file("train-images-idx3-ubyte.gz"), idx_images(1u << 27, 1, 1, {0, 1, 2}));
+  const AllocationCeiling ceiling(64u << 20);
+  const std::string message = error_of([&] { mgpu::load_fashion_mnist(tiny.path.string()); });
+  INFO("message: ", message);
+  CHECK(contains(message, tiny.file("train-images-idx3-ubyte.gz")));
+  CHECK(contains(message, "Fashion-MNIST images are 28x28, this header says 134217728 images of 1x1"));
+}
+
 TEST_CASE("an empty test set is refused, naming its file (not trained on to give test_acc=nan)") {
   TempDir tiny;
   write_tiny_dataset(tiny);
