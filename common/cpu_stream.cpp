@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "check.h"
+#include "threads.h"
 
 namespace mgpu::cpu {
 
@@ -138,7 +139,12 @@ struct Stream::State {
 Stream::Stream(int threads, std::uint64_t chaos_salt) : state_(new State), threads_(threads < 1 ? 1 : threads) {
   std::optional<std::uint64_t> chaos = chaos_seed();
   if (chaos) *chaos = *chaos * 0x9E3779B97F4A7C15ull + chaos_salt;  // one seed, a different draw per stream
-  state_->worker = std::thread([this, chaos] { state_->run_worker(threads_, chaos); });
+  try {
+    state_->worker = start_thread("a cpu device's worker thread", [this, chaos] { state_->run_worker(threads_, chaos); });
+  } catch (...) {
+    delete state_;  // the destructor does not run for a constructor that throws
+    throw;
+  }
   const std::lock_guard<std::mutex> lock(streams_mutex);
   live_streams().insert(this);
 }

@@ -12,6 +12,7 @@
 #include "../01_lenet/layers.h"
 #include "../03_ring_allreduce/ring.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/threads.h"
 
 namespace ps {
 
@@ -134,7 +135,7 @@ class ServerShard {
       staging_.emplace_back(device, range.count);
       pulled_.push_back(std::make_unique<mgpu::Event>(*w));  // belongs to the worker's device
     }
-    thread_ = std::thread([this] { serve(); });
+    thread_ = mgpu::start_thread("a server shard's thread", [this] { serve(); });
   }
 
   ~ServerShard() {
@@ -480,16 +481,26 @@ std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<dp::Devi
   std::vector<WorkerStats> stats(k);
   std::vector<std::exception_ptr> errors(k);
   std::vector<std::thread> threads;
-  for (int i = 0; i < k; ++i)
-    threads.emplace_back([&, i] {
-      try {
-        work(i, shared, data[i], replicas[i], stats[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        shared.failed = true;
-      }
-      shared.clocks.finish(i);  // done or failed: nobody waits for this worker any more
-    });
+  for (int i = 0; i < k; ++i) {
+    try {
+      threads.push_back(mgpu::start_thread("worker " + std::to_string(i) + "'s thread", [&, i] {
+        try {
+          work(i, shared, data[i], replicas[i], stats[i]);
+        } catch (...) {
+          errors[i] = std::current_exception();
+          shared.failed = true;
+        }
+        shared.clocks.finish(i);  // done or failed: nobody waits for this worker any more
+      }));
+    } catch (...) {
+      // The workers already running stop at their next piece of work and must be joined before
+      // this function's state goes; those never started must not be waited for.
+      shared.failed = true;
+      for (int j = i; j < k; ++j) shared.clocks.finish(j);
+      for (std::thread& t : threads) t.join();
+      throw;
+    }
+  }
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
