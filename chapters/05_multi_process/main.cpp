@@ -22,21 +22,58 @@
 
 namespace {
 
+// Every rank's settings on every rank, compared the same way everywhere (options.h): an
+// all-gather of their "key=value" texts, first the lengths, then the characters. Every rank
+// reaches the same verdict, so on a difference all of them stop here together, and none is
+// left waiting in a collective for another. Empty: every rank has the same settings.
+std::string compare_across_ranks(const mp::World& w, const mp::Settings& mine) {
+  const std::string text = mp::to_text(mine);
+  const int length = static_cast<int>(text.size());
+  std::vector<int> lengths(w.size), starts(w.size);
+  MGPU_CHECK_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, w.comm));
+  int total = 0;
+  for (int r = 0; r < w.size; ++r) {
+    starts[r] = total;
+    total += lengths[r];
+  }
+  std::string all(total, '\0');
+  MGPU_CHECK_MPI(MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR,
+                                w.comm));
+  std::vector<mp::Settings> per_rank;
+  for (int r = 0; r < w.size; ++r) per_rank.push_back(mp::from_text(all.substr(starts[r], lengths[r])));
+  return mp::disagreement(per_rank);
+}
+
+// Rank 0 says where the ranks differ (the same on every rank), a line each, then what to do.
+void say_disagreement(const mp::World& w, const std::string& differ, const std::string& advice) {
+  if (w.rank != 0) return;
+  std::string text = mp::kChapter.name + ": ";
+  for (const char ch : differ) text += ch == '\n' ? "\n" + mp::kChapter.name + ": " : std::string(1, ch);
+  std::fprintf(stderr, "%s; %s\n", text.c_str(), advice.c_str());
+}
+
 // Every rank parsed its own command line (mpirun's "A : B" form gives ranks different ones).
 // They stop together when any of them refuses its own, so no rank waits for one that left;
-// the lowest such rank says why. Returns the exit status when the program should stop.
+// the lowest such rank says why. Then, before any training, every rank must have the same
+// settings: ranks that differ would hang in a collective (--epochs) or silently train a run
+// that is no one's (--lr). Returns the exit status when the program should stop.
 std::optional<int> stop_for_command_line(const mp::World& w, const mp::CommandLine& cl) {
   if (mp::first_rank_where(w, cl.help) < w.size) {
     if (w.rank == 0) std::fputs(mp::usage().c_str(), stdout);
     return 0;
   }
   const int first_refusing = mp::first_rank_where(w, !cl.error.empty());
-  if (first_refusing == w.size) return std::nullopt;
-  if (w.rank == first_refusing) {
-    const std::string who = w.size > 1 ? "rank " + std::to_string(w.rank) + ": " : "";
-    std::fprintf(stderr, "%s: %s%s\n\n%s", mp::kChapter.name.c_str(), who.c_str(), cl.error.c_str(),
-                 mp::usage().c_str());
+  if (first_refusing < w.size) {
+    if (w.rank == first_refusing) {
+      const std::string who = w.size > 1 ? "rank " + std::to_string(w.rank) + ": " : "";
+      std::fprintf(stderr, "%s: %s%s\n\n%s", mp::kChapter.name.c_str(), who.c_str(), cl.error.c_str(),
+                   mp::usage().c_str());
+    }
+    return 2;
   }
+  const std::string differ = compare_across_ranks(w, mp::settings_to_agree_on(cl.config));
+  if (differ.empty()) return std::nullopt;
+  say_disagreement(w, differ, "every rank must be started with the same options");
   return 2;
 }
 
@@ -94,6 +131,14 @@ void run(const mp::World& w, mp::Config c) {
     std::printf("Fashion-MNIST from %s: %d training, %d test images; global batch %d = %d block(s) of about %d\n",
                 data.dir.c_str(), data.train.count, data.test.count, c.o.batch_size, w.size,
                 c.o.batch_size / w.size);
+  // The same data and model on every rank, before the first collective of training: ranks may
+  // read from different folders (--data-dir, one per machine), but what they read must match.
+  // All ranks reach the same verdict here and leave together, as after together() (world.h).
+  const std::string differ = compare_across_ranks(w, mp::data_to_agree_on(data, lenet::parameter_count()));
+  if (!differ.empty()) {
+    say_disagreement(w, differ, "every rank must read the same data (see --data-dir on every machine)");
+    throw mp::StoppedTogether(differ, /*failed_rank=*/0, /*failed_here=*/false);  // said once, above
+  }
 
   const std::unique_ptr<mp::GradientAllreduce> allreduce =
       mp::make_allreduce(c.collective, w, d, rank_device.ranks_per_gpu());
