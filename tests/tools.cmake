@@ -8,3 +8,9 @@
 # downloaded. Skipped (77) where dpkg-deb is missing.
 add_test(NAME offline_kit_ownership COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/offline_kit_ownership.sh)
 set_tests_properties(offline_kit_ownership PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
+
+# tools/grade.sh: a build folder it cannot write in (made so with a file where a folder must be:
+# root ignores permissions) is named as such, status 3, no exercise marked failed; not
+# configured, unreadable by ctest, or without exercise tests: status 2, each its own message.
+add_test(NAME grade_messages COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/grade_messages.sh)
+set_tests_properties(grade_messages PROPERTIES TIMEOUT 60)
