@@ -1,13 +1,11 @@
 // The allreduce benchmark as a program: its command line, the measured tables, and the cost
 // model beside them. Chapter 03's 03_allreduce_bench compares naive and ring; chapter 04's
 // adds NCCL by passing one more algorithm.
-#include <unistd.h>  // sysconf
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -17,12 +15,15 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/openmp_waits.h"
+#include "common/memory.h"  // host_memory_available, gpu_memory_available, gib
 #include "common/report.h"
 #include "cost_model.h"
 #include "../01_lenet/lenet.h"
 
 namespace bench {
 namespace {
+
+using mgpu::gib;
 
 // "4096", "4K", "512K", "256M", "1G" (K, M, G: powers of 1024), up to 1 TiB.
 std::optional<long long> to_bytes(const std::string& s) {
@@ -95,43 +96,13 @@ std::string check_settings(const Settings& s) {
   return "";
 }
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1 << 30));
-  return buf;
-}
-
-// Host memory that allocations can have without swapping or being killed: MemAvailable from
-// /proc/meminfo (Linux), or else all the physical memory. (A container's own limit, a cgroup's,
-// is not looked at.)
-struct HostMemory {
-  std::size_t bytes = 0;
-  std::string source;
-};
-HostMemory host_memory_available() {
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string line; std::getline(meminfo, line);)
-    if (line.rfind("MemAvailable:", 0) == 0)  // "MemAvailable:   22096464 kB"
-      return {std::strtoull(line.c_str() + 13, nullptr, 10) * 1024, "MemAvailable in /proc/meminfo"};
-  return {std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGE_SIZE)), "physical memory"};
-}
-
-#if MGPU_CUDA
-std::size_t gpu_memory_free(int gpu) {
-  std::size_t free = 0, total = 0;
-  MGPU_CHECK_CUDA(cudaSetDevice(gpu));
-  MGPU_CHECK_CUDA(cudaMemGetInfo(&free, &total));
-  return free;
-}
-#endif
-
 // Why the run cannot fit in this machine's memory ("" if it can), asked before anything is
 // allocated: a benchmark that asks for more than there is should say so, not make the machine
 // swap or have the kernel kill it.
 std::string memory_refusal(const Settings& s) {
   const int gpus = mgpu::gpu_count();
   if (mgpu::kCudaBackend && gpus == 0) return "";  // nothing to measure: DeviceSet says no GPU answers
-  const HostMemory host = host_memory_available();
+  const mgpu::MemoryAvailable host = mgpu::host_memory_available();
   for (int k : s.device_counts) {
     const MemoryNeed need = memory_needed(s, k, gpus);
     const std::string run = "a run on " + std::to_string(k) + " devices at --max-bytes " + gib(s.max_bytes) + " needs ";
@@ -141,10 +112,10 @@ std::string memory_refusal(const Settings& s) {
              host.source + ")" + advice;
 #if MGPU_CUDA
     for (std::size_t g = 0; g < need.gpu_bytes.size(); ++g) {
-      const std::size_t free = gpu_memory_free(static_cast<int>(g));
-      if (need.gpu_bytes[g] > free)
-        return run + gib(need.gpu_bytes[g]) + " of memory on GPU " + std::to_string(g) + ", and " + gib(free) +
-               " is available there (cudaMemGetInfo)" + advice;
+      const mgpu::MemoryAvailable free = mgpu::gpu_memory_available(static_cast<int>(g));
+      if (need.gpu_bytes[g] > free.bytes)
+        return run + gib(need.gpu_bytes[g]) + " of memory on GPU " + std::to_string(g) + ", and " + gib(free.bytes) +
+               " is available there (" + free.source + ")" + advice;
     }
 #endif
   }

@@ -192,6 +192,16 @@ Replica::Replica(const Device& d, const Network& net, int B)
   grads.zero();  // the padding between tensors stays zero for good
 }
 
+std::int64_t Replica::bytes_needed(const Network& net, int B) {
+  i64 floats = 2 * net.param_floats + net.state_floats  // params, grads, state
+               + i64(B) * 28 * 28 + i64(B) * 28 * 28    // the shard's images, ones
+               + 2 * i64(net.features) * B + 2 * i64(10) * B + 2 * i64(B)  // pooled, dpooled, logits, dlogits, loss, correct
+               + 2 * net.max_col(B) + 3 * net.max_activation(B);           // col, dcol, grad
+  for (const Conv* c : net.convs()) floats += i64(c->shape.out_channels) * B * c->out_side * c->out_side;
+  for (const BatchNorm* b : net.batch_norms()) floats += i64(b->channels) * B * b->side * b->side + 4 * b->channels;
+  return floats * i64(sizeof(float)) + i64(B) * i64(sizeof(std::int32_t));  // and the shard's labels
+}
+
 namespace {
 
 // The shape of a [C][n][side][side] activation of replica r.

@@ -119,6 +119,9 @@ using Allreduce = std::function<void(const std::vector<float*>& data, mgpu::Elem
 // images, and scratch.
 struct Replica {
   Replica(const Device& d, const Network& net, int capacity);
+  // The bytes the constructor allocates (but for the reduction scratch and the metrics, a few KB):
+  // what a run checks against the devices' memory before it allocates anything.
+  static std::int64_t bytes_needed(const Network& net, int capacity);
   const Device* device;
   int capacity;
   mgpu::Buffer<float> params, grads, state;  // param_floats, param_floats, state_floats

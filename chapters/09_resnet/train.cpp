@@ -9,6 +9,7 @@
 #include "../02_data_parallel/data_parallel.h"
 #include "../03_ring_allreduce/ring.h"
 #include "common/batches.h"
+#include "common/memory.h"  // memory_refusal
 #include "common/report.h"  // write_whole_file
 #include "common/timer.h"
 #if MGPU_HAVE_NCCL
@@ -51,6 +52,24 @@ struct Collectives {
   std::unique_ptr<nccl::NcclAllreduce> nccl_;
 #endif
 };
+
+// Refuses, with the figures, a run the devices' memory cannot hold, before anything is allocated
+// (at --width 512 the allocations alone took most of a minute before they failed, at 1024 the
+// host's copy of the parameters, 11 GB, ended in a bare std::bad_alloc). Per device: a replica
+// for `capacity` images, the collective's staging (at most the parameters), the training and
+// test sets, and the epoch's order.
+void check_memory(const mgpu::DeviceSet& devices, const Network& net, int capacity, const mgpu::FashionMnist& data) {
+  const std::size_t images = std::size_t(data.train.count) + std::size_t(data.test.count);
+  const std::size_t per_device = std::size_t(Replica::bytes_needed(net, capacity)) +
+                                 std::size_t(net.param_floats) * sizeof(float) +
+                                 images * (28 * 28 * sizeof(float) + sizeof(std::int32_t)) +
+                                 std::size_t(data.train.count) * sizeof(std::int32_t);
+  const std::string why = mgpu::memory_refusal(
+      devices, per_device,
+      "ResNet-18 at --width " + std::to_string(net.width) + " with up to " + std::to_string(capacity) + " images a device",
+      "lower --width or --batch-size");
+  if (!why.empty()) throw mgpu::Error(why);
+}
 
 // Every replica starts from the same parameters and running statistics.
 std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network& net, int capacity,
@@ -240,6 +259,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
   const int capacity = dp::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
+  check_memory(devices, net, capacity, data);
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
                           std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
@@ -281,6 +301,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
+  check_memory(devices, net, dp::shard_sizes(n, k)[0], data);
   std::vector<Replica> replicas =
       make_replicas(devices, net, dp::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
   Collectives collectives(devices, ro.collective,
@@ -309,8 +330,9 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   const std::vector<int> sizes = dp::shard_sizes(n, k);
+  check_memory(devices, net, sizes[0], data);
+  const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
   Collectives collectives(devices, ro.collective,
                           std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));

@@ -1,0 +1,36 @@
+// How much memory a run may still allocate, asked before it allocates: a run that needs more than
+// there is should say so, with the figures, not swap, be killed, or fail minutes in with a bare
+// std::bad_alloc.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "device.h"
+
+namespace mgpu {
+
+// Bytes an allocation can get, and where the figure comes from (for messages).
+struct MemoryAvailable {
+  std::size_t bytes = 0;
+  std::string source;
+};
+
+// Host memory: MemAvailable from /proc/meminfo (or else all physical memory), and no more than
+// the address space this process may still map (RLIMIT_AS, what `ulimit -v` sets). A cgroup's
+// own limit (a container's) is not looked at.
+MemoryAvailable host_memory_available();
+
+// GPU `gpu`'s free memory (cudaMemGetInfo). Cuda build only.
+MemoryAvailable gpu_memory_available(int gpu);
+
+// Why `devices` cannot each hold `bytes_per_device` more ("" if they can): devices that share a
+// memory (every cpu device shares the host's; logical devices share their GPU's) need it
+// together. `what` names the run in the message ("ResNet-18 at --width 512, 256 images a
+// device"), `advice` says what to change.
+std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_device, const std::string& what,
+                           const std::string& advice);
+
+// "12.3 GiB"
+std::string gib(double bytes);
+
+}  // namespace mgpu
