@@ -303,7 +303,21 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
     check_refused(path, "checksum mismatch");
   }
   write_bytes(path, good + "x");
-  check_refused(path, "bytes, its header accounts for " + std::to_string(good.size()));
+  check_refused(path, "corrupt checkpoint: " + std::to_string(good.size() + 1) +
+                          " bytes, where its header (epochs done: 2, parameters: 1000) says " +
+                          std::to_string(good.size()));
+
+  // A flipped bit in the epoch count (bytes 12-15) makes the header promise another size: not a
+  // cut file, and the message says so, since the count the size implies makes the CRC-32 match.
+  for (const auto& [bit, says] : {std::pair{0x01, 3}, std::pair{0x02, 0}}) {
+    CAPTURE(says);
+    std::string bad = good;
+    bad[12] ^= static_cast<char>(bit);
+    write_bytes(path, bad);
+    check_refused(path, "corrupt checkpoint: its header says " + std::to_string(says) +
+                            " epochs done, but the file holds 2 epochs' records, which its CRC-32 confirms: the "
+                            "header is damaged");
+  }
 
   std::string other_version = good;
   other_version[8] = 2;
@@ -365,7 +379,7 @@ TEST_CASE("no more is read than the header says the file has") {
   // Refused on the file's size, having read the header only: with 16 MiB of memory to spare, a
   // reader that loads the whole file first fails (bad_alloc) instead of passing.
   const auto bounded_memory = memory_headroom(16u << 20);
-  check_refused(path, "its header accounts for " + std::to_string(good.size()));
+  check_refused(path, "where its header (epochs done: 1, parameters: 1000) says " + std::to_string(good.size()));
 }
 
 }  // namespace
