@@ -37,8 +37,4 @@ expect_exit(07_model_parallel hybrid_run 0 stdout "2 stage.s. x 2 replica.s.*res
             ${mp_short} --devices 4 --data-parallel 2)
 
 # The figures script, on tiny runs (figures label: not part of the quick test run).
-add_test(NAME 07_make_figures_quick
-         COMMAND ${CMAKE_SOURCE_DIR}/chapters/07_model_parallel/make_figures.sh --build ${CMAKE_BINARY_DIR}
-                 --out ${CMAKE_BINARY_DIR}/test-figures-07 --quick all
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(07_make_figures_quick PROPERTIES LABELS figures SKIP_REGULAR_EXPRESSION "no GPU answers")
+figures_test(07_model_parallel all ${CMAKE_BINARY_DIR}/test-figures-07)

@@ -59,8 +59,4 @@ set_tests_properties(09_resnet_crosscheck_torch PROPERTIES LABELS torch SKIP_RET
 
 # The results script's machinery on tiny runs (the twin target needs python3-torch, and is left
 # out here so that the test runs everywhere).
-add_test(NAME 09_make_figures_quick
-         COMMAND ${CMAKE_SOURCE_DIR}/chapters/09_resnet/make_figures.sh --build ${CMAKE_BINARY_DIR}
-                 --out ${CMAKE_BINARY_DIR}/test-figures-09 --quick d2l
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(09_make_figures_quick PROPERTIES LABELS figures SKIP_REGULAR_EXPRESSION "no GPU answers")
+figures_test(09_resnet d2l ${CMAKE_BINARY_DIR}/test-figures-09)

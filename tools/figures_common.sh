@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: the variables it sets are the scripts'
 # What every chapter's make_figures.sh shares, sourced by it (not run):
 #
 #   source "$(dirname "$0")/../../tools/figures_common.sh"
@@ -55,6 +56,47 @@ backend_of() {
        /^result:/ { for (i = 1; i <= NF; ++i) if ($i ~ /^backend=/) { sub("backend=", "", $i); print $i; exit } }' "$1"
 }
 
+# Plots need gnuplot. Without it the programs say "gnuplot not found ...: no plot" and go on
+# with their CSVs; the scripts do the same: each plot that is not drawn is named, the logs and
+# CSVs are written as always, and the script ends with status 0.
+have_gnuplot() { command -v gnuplot >/dev/null 2>&1; }
+
+# not_drawn PNG: says that PNG was not drawn, and why.
+not_drawn() { echo "not drawn: $1 (gnuplot not found: apt-get install gnuplot-nox; the CSVs have the numbers)"; }
+
+# can_draw PNG: whether PNG can be drawn here; where it cannot, says so (status 1). For the plots a
+# script draws itself:  can_draw "$png" || return 0
+can_draw() {
+  have_gnuplot && return 0
+  not_drawn "$1"
+  return 1
+}
+
 # stamp PNG: what PNG was measured on, beside it as NAME.stamp.txt (tools/check_readme_links.sh
-# asks for one beside every plot a README shows).
-stamp() { "$root/tools/machine_stamp.sh" >"${1%.png}.stamp.txt"; }
+# asks for one beside every plot a README shows). A plot not drawn for want of gnuplot gets no
+# stamp (can_draw or copy_plot said so already); a plot missing where gnuplot is installed is an
+# error, not something to stamp over.
+stamp() {
+  if [ ! -f "$1" ]; then
+    have_gnuplot || return 0
+    echo "error: $1 was not drawn, though gnuplot is installed (see the output above)" >&2
+    exit 1
+  fi
+  "$root/tools/machine_stamp.sh" >"${1%.png}.stamp.txt"
+}
+
+# copy_plot FROM TO: the plot a program drew (FROM) copied to TO, with its stamp; where gnuplot
+# is missing the program drew none, and this says which plot is not there instead.
+copy_plot() {
+  if [ -f "$1" ]; then
+    cp "$1" "$2"
+  elif have_gnuplot; then
+    echo "error: $1 was not drawn, though gnuplot is installed (see the output above)" >&2
+    exit 1
+  else
+    not_drawn "$2"
+    return 0
+  fi
+  stamp "$2"
+  echo "wrote $2 (and its stamp)"
+}

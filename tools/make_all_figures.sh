@@ -8,7 +8,9 @@
 # --quick: tiny runs, to see that every script works (a minute or two).
 # Takes (cpu backend, 2 cores): about 35 minutes for chapters 01-05, 35 more for 06-08 and an hour
 # for 09 (each script's header gives its own). Run nothing else on the machine meanwhile: the
-# figures include times. Needs gnuplot, mpirun (chapter 05) and python3-torch (chapters 01, 09).
+# figures include times. Needs mpirun (chapter 05) and python3-torch (chapters 01, 09), and gnuplot
+# for the plots: without it each script names the plots it did not draw and writes the logs,
+# CSVs and tables as always.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +29,9 @@ while [ $# -gt 0 ]; do
 done
 
 start=$SECONDS
+if ! command -v gnuplot >/dev/null 2>&1; then
+  echo "gnuplot not found (apt-get install gnuplot-nox): no plot will be drawn, only the logs, CSVs and tables"
+fi
 for script in "$root"/chapters/*/make_figures.sh; do
   chapter=$(basename "$(dirname "$script")")
   where=()

@@ -22,9 +22,6 @@ cp "$runs/out/01_lenet.csv" "$out/01_lenet_$backend.csv"
 cp "$runs/out/01_lenet_torch.csv" "$out/01_lenet_torch_$backend.csv"
 # Each plot with its stamp (tools/check_readme_links.sh asks for one beside every plot a README shows).
 for plot in 01_lenet 01_lenet_vs_torch; do
-  if [ -f "$runs/out/$plot.png" ]; then
-    cp "$runs/out/$plot.png" "$out/${plot}_$backend.png"
-    stamp "$out/${plot}_$backend.png"
-  fi
+  copy_plot "$runs/out/$plot.png" "$out/${plot}_$backend.png"
 done
-echo "wrote $out/01_lenet_vs_torch_$backend.{log,png,stamp.txt}, 01_lenet_$backend.csv and 01_lenet_torch_$backend.csv"
+echo "wrote $out/01_lenet_vs_torch_$backend.log, 01_lenet_$backend.csv and 01_lenet_torch_$backend.csv"

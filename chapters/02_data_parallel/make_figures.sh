@@ -65,9 +65,8 @@ curves() {
   local backend; backend=$(backend_of "$runs/curves.log")
   cp "$runs/curves.log" "$out/02_data_parallel_$backend.log"
   for k in 1 2; do cp "$runs/out/02_data_parallel_k$k.csv" "$out/02_data_parallel_k${k}_$backend.csv"; done
-  cp "$runs/out/02_data_parallel.png" "$out/02_data_parallel_$backend.png"
-  stamp "$out/02_data_parallel_$backend.png"
-  echo "wrote $out/02_data_parallel_$backend.{log,png,stamp.txt} and its two CSVs"
+  copy_plot "$runs/out/02_data_parallel.png" "$out/02_data_parallel_$backend.png"
+  echo "wrote $out/02_data_parallel_$backend.log and its two CSVs"
 }
 
 scaling() {
@@ -102,10 +101,9 @@ scaling() {
     done
   } >"$steps"
   cat "$runs"/strong_k2.log "$runs"/weak_k2.log "$runs"/strong_k4.log "$runs"/weak_k4.log >"$out/02_scaling_$backend.log"
-  stamp "$out/02_scaling_$backend.png"
   echo "wrote $csv, $steps, $out/02_scaling_$backend.log"
   cat "$csv" "$steps"
-  if command -v gnuplot >/dev/null; then
+  if can_draw "$out/02_scaling_$backend.png"; then
     gnuplot -c /dev/stdin "$out/02_scaling_$backend.png" "$csv" "$steps" "$backend" <<'PLOT'
 set terminal pngcairo size 1200,400 font 'sans,10' noenhanced
 set output ARG1
@@ -141,6 +139,7 @@ plot ARG3 using 2:xtic(1) title 'split', '' using 3 title 'compute', '' using 4 
      '' using 5 title 'allreduce', '' using 6 title 'sgd'
 unset multiplot
 PLOT
+    stamp "$out/02_scaling_$backend.png"
     echo "wrote $out/02_scaling_$backend.png"
   fi
 }
@@ -174,14 +173,13 @@ lr_sweep() {
   # One series after another (devices, epochs, warm-up), so that gnuplot draws each as one line.
   { echo "devices,warmup,epochs,lr_per_64,lr,global_batch,test_acc"; sort -t, -k1,1n -k3,3n -k2,2r -k4,4g "$rows"; } >"$csv"
   cat "$runs"/lr_*.log >"$out/02_lr_sweep_$backend.log"
-  stamp "$out/02_lr_sweep_$backend.png"
   echo "wrote $csv, $out/02_lr_sweep_$backend.log"
   cat "$csv"
   plot_lr_sweep "$csv" "$out/02_lr_sweep_$backend.png" "$backend" "$epochs" "$limit" "$long"
 }
 
 plot_lr_sweep() {  # plot_lr_sweep CSV PNG BACKEND EPOCHS IMAGES LONG_EPOCHS
-  command -v gnuplot >/dev/null || { echo "gnuplot not found: $2 not drawn (the CSV is there)"; return; }
+  can_draw "$2" || return 0
   gnuplot -c /dev/stdin "$@" <<'PLOT'
 set terminal pngcairo size 760,560 font 'sans,10' noenhanced
 set output ARG2
@@ -202,6 +200,7 @@ plot ARG1 using ($1 == 1 && strcol(2) eq 'none' ? $4 : 1/0):7 with linespoints l
      ''   using ($1 == 4 && $3 == L && strcol(2) eq 'none' ? $4 : 1/0):7 with linespoints lw 2 lc rgb '#c0392b' title sprintf('4 devices, batch 256, %d epochs (1 device''s steps)', L), \
      ''   using ($1 == 4 && $3 == L && strcol(2) ne 'none' ? $4 : 1/0):7 with linespoints lw 2 dt 2 lc rgb '#6c3483' title sprintf('4 devices, batch 256, %d epochs, 1 epoch warm-up', L)
 PLOT
+  stamp "$2"
   echo "wrote $2"
 }
 

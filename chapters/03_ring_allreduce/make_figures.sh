@@ -33,9 +33,8 @@ training() {
   for algorithm in naive ring; do
     cp "$runs/out/03_ring_allreduce_${algorithm}_k2.csv" "$out/03_ring_allreduce_${algorithm}_k2_$backend.csv"
   done
-  cp "$runs/out/03_ring_allreduce.png" "$out/03_ring_allreduce_$backend.png"
-  stamp "$out/03_ring_allreduce_$backend.png"
-  echo "wrote $out/03_ring_allreduce_$backend.{log,png,stamp.txt} and its two CSVs"
+  copy_plot "$runs/out/03_ring_allreduce.png" "$out/03_ring_allreduce_$backend.png"
+  echo "wrote $out/03_ring_allreduce_$backend.log and its two CSVs"
 }
 
 bench() {
@@ -49,16 +48,14 @@ bench() {
   cp "$log" "$name.log"
   cp "$runs/out/03_allreduce_bench.csv" "$name.csv"
   cp "$runs/out/03_allreduce_bench_model.csv" "${name}_model.csv"
-  cp "$runs/out/03_allreduce_bench.png" "$name.png"
-  stamp "$name.png"
-  echo "wrote $name.{log,csv,png,stamp.txt} and ${name}_model.csv"
+  copy_plot "$runs/out/03_allreduce_bench.png" "$name.png"
+  echo "wrote $name.{log,csv} and ${name}_model.csv"
   plot_model "$name.csv" "${name}_model.csv" "$out/03_allreduce_model_$backend.png" "$backend"
-  stamp "$out/03_allreduce_model_$backend.png"
 }
 
 # Measured naive and ring times (points) beside the predictions (lines), one panel per device count.
 plot_model() {  # plot_model BENCH_CSV MODEL_CSV PNG BACKEND
-  command -v gnuplot >/dev/null || { echo "gnuplot not found: $3 not drawn (the CSVs are there)"; return; }
+  can_draw "$3" || return 0
   local counts; counts=$(awk -F, 'NR > 1 { print $2 }' "$1" | sort -un | tr '\n' ' ')
   gnuplot -c /dev/stdin "$@" "$counts" <<'PLOT'
 set terminal pngcairo size 1200,420 font 'sans,10' noenhanced
@@ -90,6 +87,7 @@ do for [i = 1:n] {
 }
 unset multiplot
 PLOT
+  stamp "$3"
   echo "wrote $3"
 }
 

@@ -35,6 +35,13 @@ run() {  # run NAME LAUNCHER... -- ARGS...: one run, its output kept in $runs/NA
   grep '^result:' "$runs/$name.log"
 }
 
+# run_csv NAME: the CSV of run NAME's training, as its log names it ("wrote .../05_multi_process_k1_mpi.csv").
+# The name says the collective, which the program chooses by itself (NCCL where each rank has a
+# GPU of its own, else MPI), so it is read, not assumed.
+run_csv() {
+  sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$runs/$1.log" | grep -v '_timeline\.csv$' | tail -n 1
+}
+
 training() {
   local args=()
   [ "$quick" = 1 ] && args=(--epochs 2 --limit-train 2560 --profile-steps 2)
@@ -42,19 +49,22 @@ training() {
   run k2 mpirun -np 2 -- ${args[@]+"${args[@]}"}
   run k2_no_overlap mpirun -np 2 -- --overlap off ${args[@]+"${args[@]}"}
   local backend; backend=$(backend_of "$runs/k1.log")
-  for name in k1_mpi k2_mpi k2_mpi_no_overlap; do  # the program's run names (collective mpi)
-    cp "$runs/out/05_multi_process_$name.csv" "$out/05_multi_process_${name}_$backend.csv"
-  done
   cat "$runs/k1.log" "$runs/k2.log" "$runs/k2_no_overlap.log" >"$out/05_multi_process_$backend.log"
-  stamp "$out/05_multi_process_$backend.png"
+  local name csvs=()
+  for name in k1 k2 k2_no_overlap; do
+    local csv; csv=$(run_csv "$name")
+    [ -n "$csv" ] || { echo "error: the $name run wrote no CSV (see $out/05_multi_process_$backend.log)" >&2; exit 1; }
+    csvs+=("$out/$(basename "$csv" .csv)_$backend.csv")
+    cp "$csv" "${csvs[-1]}"
+  done
+  echo "wrote $out/05_multi_process_$backend.log and the runs' CSVs"
   # Chapter 02's 1-device run from the same seed, as that chapter's figures/ keep it.
   local ch02=$root/chapters/02_data_parallel/figures/02_data_parallel_k1_cpu.csv
-  plot_training "$out/05_multi_process_$backend.png" "$ch02" "$out/05_multi_process_k1_mpi_$backend.csv" \
-    "$out/05_multi_process_k2_mpi_$backend.csv" "$out/05_multi_process_k2_mpi_no_overlap_$backend.csv" "$backend"
+  plot_training "$out/05_multi_process_$backend.png" "$ch02" "${csvs[@]}" "$backend"
 }
 
 plot_training() {  # PNG CH02_CSV K1_CSV K2_CSV K2_NO_OVERLAP_CSV BACKEND
-  command -v gnuplot >/dev/null || { echo "gnuplot not found: $1 not drawn (the CSVs are there)"; return; }
+  can_draw "$1" || return 0
   gnuplot -c /dev/stdin "$@" <<'PLOT'
 set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
 set output ARG1
@@ -83,6 +93,7 @@ plot ARG2 using 1:($6 == 1 ? $5 : 1/0) with lines lw 4 lc rgb '#cccccc' title 'c
      ARG5 using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5 lc 3 notitle
 unset multiplot
 PLOT
+  stamp "$1"
   echo "wrote $1"
 }
 
@@ -92,8 +103,9 @@ overlap() {
   run overlap mpirun -np 2 -- "${args[@]}"
   local backend; backend=$(backend_of "$runs/overlap.log")
   cp "$runs/overlap.log" "$out/05_overlap_timeline_$backend.log"
-  cp "$runs/out/05_multi_process_k2_mpi_timeline.csv" "$out/05_overlap_timeline_$backend.csv"
-  stamp "$out/05_overlap_timeline_$backend.png"
+  local timeline; timeline=$(sed -n 's/^wrote \(.*_timeline\.csv\) .*/\1/p' "$runs/overlap.log" | tail -n 1)
+  [ -n "$timeline" ] || { echo "error: the overlap run wrote no timeline (see $out/05_overlap_timeline_$backend.log)" >&2; exit 1; }
+  cp "$timeline" "$out/05_overlap_timeline_$backend.csv"
   sed -n '/^per step/,/overlap saves/p' "$runs/overlap.log"
   plot_timeline "$out/05_overlap_timeline_$backend.csv" "$out/05_overlap_timeline_$backend.png" "$backend"
 }
@@ -101,7 +113,7 @@ overlap() {
 # Each rank's two lanes as rows (device above host), spans as bars, instants as ticks; one
 # panel per overlap setting, on one time axis.
 plot_timeline() {  # CSV PNG BACKEND
-  command -v gnuplot >/dev/null || { echo "gnuplot not found: $2 not drawn (the CSV is there)"; return; }
+  can_draw "$2" || return 0
   local ranks; ranks=$(awk -F, 'NR > 1 && $1 + 1 > n { n = $1 + 1 } END { print n }' "$1")
   gnuplot -c /dev/stdin "$@" "$ranks" <<'PLOT'
 set terminal pngcairo size 1200,520 font 'sans,10' noenhanced
@@ -134,6 +146,7 @@ do for [m in 'off on'] {
 }
 unset multiplot
 PLOT
+  stamp "$2"
   echo "wrote $2"
 }
 

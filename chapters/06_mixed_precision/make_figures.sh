@@ -22,8 +22,7 @@
 # again (to finish an interrupted table; delete the logs to redo it). Takes (cpu backend, 2 cores): precision about
 # 10 minutes, accumulate about 2; run nothing else meanwhile (see BEFORE_EACH_RUN in run()).
 set -euo pipefail
-
-root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$(dirname "$0")/../../tools/figures_common.sh"  # (its helpers only: this script reads its own options)
 build=$root/build
 out=$root/chapters/06_mixed_precision/figures
 quick=0
@@ -96,7 +95,7 @@ table_row() {
 # plot_curves PNG TITLE NAME LABEL [NAME LABEL...]: test accuracy per epoch of the runs
 plot_curves() {
   local png=$1 title=$2; shift 2
-  command -v gnuplot >/dev/null || { echo "gnuplot not found: $png not drawn (the CSVs are there)"; return; }
+  can_draw "$png" || return 0
   local plots="" sep=""
   while [ $# -gt 0 ]; do
     plots+="$sep'$(csv_of "$out/logs/$1.log")' using 1:4 with linespoints title '$2'"
@@ -114,6 +113,7 @@ set ylabel 'test accuracy'
 set yrange [0:1]
 plot $plots
 PLOT
+  stamp "$png"
   echo "wrote $png"
 }
 
@@ -132,9 +132,8 @@ precision() {
   run bf16_g32_k2 --precision bf16 --grad-bits 32 --devices 2 "${small[@]}"
   run fp16_mean_scaled_k1 --precision fp16 --loss mean --devices 1 "${small[@]}"
   run fp16_mean_unscaled_k1 --precision fp16 --loss mean --loss-scale none --devices 1 "${small[@]}"
-  # One machine stamp for each figure: NAME.stamp.txt beside NAME.png and NAME.md
+  # The table's machine stamp, NAME.stamp.txt beside NAME.md; each plot gets its own when drawn.
   "$root/tools/machine_stamp.sh" >"$out/precision.stamp.txt"
-  for name in precision_k1 precision_k2 scaler; do cp "$out/precision.stamp.txt" "$out/$name.stamp.txt"; done
   {
     echo "| run | devices | training images | loss scaling | gradient bits | final test acc | best test acc | s/epoch | gradient bucket (bytes) | bytes sent / device / step | skipped steps |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -154,7 +153,7 @@ precision() {
       "fp16_unscaled_k$k" "fp16, no loss scaling"
   done
   # The scaler's record: the scale at each epoch's end, the skipped steps, the gradients flushed.
-  if command -v gnuplot >/dev/null; then
+  if can_draw "$out/scaler.png"; then
     local s1 s2 m1 m2
     s1=$(scaler_csv_of "$out/logs/fp16_scaled_k1.log"); s2=$(scaler_csv_of "$out/logs/fp16_scaled_k2.log")
     m1=$(scaler_csv_of "$out/logs/fp16_mean_scaled_k1.log"); m2=$(scaler_csv_of "$out/logs/fp16_mean_unscaled_k1.log")
@@ -177,6 +176,7 @@ set ylabel '% of dz1 flushed to 0 by fp16'
 plot '$m2' using 1:(100*\$8) with linespoints title 'mean loss, no scaling', '$m1' using 1:(100*\$8) with linespoints title 'mean loss, dynamic scaling'
 unset multiplot
 PLOT
+    stamp "$out/scaler.png"
     echo "wrote $out/scaler.png"
   fi
 }

@@ -65,9 +65,8 @@ full() {
   local name=$out/07_model_parallel_k2_gpipe_m4_$backend
   cp "$runs/full_gpipe_k2.log" "$name.log"
   cp "$runs/out/07_model_parallel_k2_gpipe_m4.csv" "$name.csv"
-  cp "$runs/out/07_model_parallel_k2_gpipe_m4.png" "$name.png"
-  stamp "$name.png"
-  echo "wrote $name.{log,csv,png,stamp.txt}"
+  copy_plot "$runs/out/07_model_parallel_k2_gpipe_m4.png" "$name.png"
+  echo "wrote $name.{log,csv}"
 }
 
 bubble() {
@@ -92,15 +91,14 @@ bubble() {
   cp "$csv" "$name.csv"
   cp "$runs/bubble_all.log" "$name.log"
   cat "$name.csv"
+  echo "wrote $name.{csv,log}"
   plot_bubble "$name.csv" "$name.png" "$backend" $((2 * ${#ms[@]}))
-  [ -f "$name.png" ] && stamp "$name.png"
-  echo "wrote $name.{csv,log,png,stamp.txt}"
 }
 
 # plot_bubble CSV PNG BACKEND ROWS: idle fraction against m, one panel per schedule; the CSV holds
 # ROWS lines per schedule (gpipe first), stage 0 and stage 1 in turn for each m.
 plot_bubble() {
-  command -v gnuplot >/dev/null || { echo "gnuplot not found: $2 not drawn (the CSV is there)"; return; }
+  can_draw "$2" || return 0
   gnuplot -c /dev/stdin "$@" <<'PLOT'
 set terminal pngcairo size 1200,420 font 'sans,10' noenhanced
 set output ARG2
@@ -124,6 +122,8 @@ do for [i = 0:1] {
 }
 unset multiplot
 PLOT
+  stamp "$2"
+  echo "wrote $2"
 }
 
 timeline() {
@@ -136,8 +136,8 @@ timeline() {
   for run in naive_m1 gpipe_m4 1f1b_m4; do
     local from=$runs/out/07_model_parallel_k2_${run}_timeline name=$out/07_timeline_${run}_$backend
     cp "$from.csv" "$name.csv"
-    [ -f "$from.png" ] && cp "$from.png" "$name.png" && stamp "$name.png"
-    echo "wrote $name.{csv,png,stamp.txt}"
+    echo "wrote $name.csv"
+    copy_plot "$from.png" "$name.png"
   done
 }
 

@@ -17,8 +17,7 @@
 # batch 64 (the 0.01 initial scale leaves LeNet at chance for ~120,000 images at batch 256; at 64 it
 # gets going within the first 20,000), 4 epochs, lr 0.2. Takes about 10 minutes (cpu backend, 2 cores).
 set -euo pipefail
-
-root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$(dirname "$0")/../../tools/figures_common.sh"  # (its helpers only: this script reads its own options)
 build=$root/build
 out=$root/chapters/08_parameter_server/figures
 recipe=(--limit-train 20000 --batch-size 64 --epochs 4)
@@ -38,8 +37,6 @@ done
 program=$build/bin/08_parameter_server
 [ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 mkdir -p "$out"
-have_gnuplot=1
-command -v gnuplot >/dev/null || { have_gnuplot=0; echo "gnuplot not found: no plots drawn (the CSVs are there)"; }
 
 # run NAME ARGS...: one run, its log in figures/NAME.log, its CSVs in figures/. A run that diverges
 # (the program stops with "training diverged") is kept as such: that is a result too.
@@ -53,14 +50,13 @@ run() {
   grep -E '^(result|parameter_server):' "$out/$name.log" || true
 }
 
-# A gnuplot script on stdin, drawn into figures/ (the CSVs are read from there).
+# plot NAME: the gnuplot script on stdin draws figures/NAME.png (the CSVs are read from there),
+# stamped with what it was measured on (tools/check_readme_links.sh checks).
 plot() {
-  [ "$have_gnuplot" = 1 ] || return 0
+  can_draw "$out/$1.png" || return 0
   (cd "$out" && gnuplot)
+  stamp "$out/$1.png"
 }
-
-# stamp NAME: what figures/NAME.png was measured on, beside it (tools/check_readme_links.sh checks).
-stamp() { "$root/tools/machine_stamp.sh" >"$out/$1.stamp.txt"; }
 
 # Cumulative wall time of a run's CSV, as a gnuplot column: seconds summed over epochs so far.
 wall='(w = (column(1) == 1 ? 0 : w) + column(5), w)'
@@ -71,7 +67,7 @@ modes() {
     run asp_k$k --devices $k --mode asp
     run ssp2_k$k --devices $k --mode ssp --staleness 2
   done
-  plot <<PLOT
+  plot modes <<PLOT
 set terminal pngcairo size 1100,800 font 'sans,10' noenhanced
 set output 'modes.png'
 set datafile separator ','
@@ -89,8 +85,7 @@ do for [k in "2 4"] {
 }
 unset multiplot
 PLOT
-  stamp modes
-  plot <<'PLOT'
+  plot staleness <<'PLOT'
 set terminal pngcairo size 1100,400 font 'sans,10' noenhanced
 set output 'staleness.png'
 set datafile separator ','
@@ -108,14 +103,13 @@ do for [k in "2 4"] {
 }
 unset multiplot
 PLOT
-  stamp staleness
 }
 
 straggler() {
   run bsp_k4_straggler --devices 4 --mode bsp --straggler 0:3
   run asp_k4_straggler --devices 4 --mode asp --straggler 0:3
   run ssp2_k4_straggler --devices 4 --mode ssp --staleness 2 --straggler 0:3
-  plot <<PLOT
+  plot straggler <<PLOT
 set terminal pngcairo size 1100,400 font 'sans,10' noenhanced
 set output 'straggler.png'
 set datafile separator ','
@@ -132,7 +126,6 @@ plot for [m in "asp ssp2"] sprintf('08_parameter_server_%s_k4_straggler0x3_stale
        using 2:(\$1 == 0 ? \$3 : 1/0) with boxes title m
 unset multiplot
 PLOT
-  stamp straggler
 }
 
 lr() {
@@ -145,7 +138,7 @@ lr() {
     run lr${rate}_asp_k4 --devices 4 --mode asp --lr $rate --out "$out/lr$rate"
     run lr${rate}_fresh_k1 --devices 1 --mode bsp --batch-size 16 --lr "$twin" --out "$out/lr$rate"
   done
-  plot <<'PLOT'
+  plot lr <<'PLOT'
 set terminal pngcairo size 1200,400 font 'sans,10' noenhanced
 set output 'lr.png'
 set datafile separator ','
@@ -162,7 +155,6 @@ set title 'its fresh twin: 1 worker, batch 16, rate L / 4'
 plot for [r in "0.2 0.5 0.8 1.2"] sprintf('lr%s/08_parameter_server_bsp_k1.csv', r) using 1:4 with linespoints title 'L = '.r
 unset multiplot
 PLOT
-  stamp lr
 }
 
 # Every run writes <run>_pushes.csv, one row per push (about 130 KB at this recipe). Keep those of

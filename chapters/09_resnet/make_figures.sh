@@ -66,7 +66,7 @@ plot() {
     sep=", "
     shift 2
   done
-  command -v gnuplot >/dev/null || { echo "warning: gnuplot not found: no $png (the CSVs have the numbers)" >&2; return; }
+  can_draw "$png" || return 0
   (cd "$out" && gnuplot) <<PLOT
 set terminal pngcairo size 1400,420 font 'sans,10' noenhanced
 set output '$(basename "$png")'
@@ -88,6 +88,8 @@ set ylabel 'seconds per epoch'
 plot $sec
 unset multiplot
 PLOT
+  stamp "$png"
+  echo "wrote $png"
 }
 
 d2l() {
@@ -110,8 +112,7 @@ d2l() {
   plot "$out/09_d2l_table_$backend.png" "09_resnet (width $w) on the $backend backend: d2l 13.6's two recipes" \
     "1 device, batch 256, lr 0.1" k1 "2 devices, batch 512, lr 0.2, BN per device" k2 \
     "2 devices, batch 512, lr 0.2, SyncBN" k2_sync
-  stamp "$out/09_d2l_table_$backend.png"
-  echo "wrote $csv, $out/09_d2l_table_$backend.{log,png,stamp.txt}"
+  echo "wrote $csv, $out/09_d2l_table_$backend.log"
   cat "$csv"
 }
 
@@ -126,8 +127,7 @@ syncbn() {
   cat "$runs/b64_k1.log" "$runs/b64_k4.log" "$runs/b64_k4_sync.log" >"$out/09_syncbn_$backend.log"
   plot "$out/09_syncbn_$backend.png" "09_resnet (width $w) on the $backend backend: batch 64, 16 images per device on 4" \
     "1 device" b64_k1 "4 devices, BN per device" b64_k4 "4 devices, SyncBN" b64_k4_sync
-  stamp "$out/09_syncbn_$backend.png"
-  echo "wrote $out/09_syncbn_$backend.{log,png,stamp.txt}"
+  echo "wrote $out/09_syncbn_$backend.log"
 }
 
 twin() {
@@ -137,11 +137,8 @@ twin() {
     --batch-size 256 --lr 0.1 "${common[@]}" ${epochs[@]+"${epochs[@]}"}) | tee "$runs/twin.log"
   cp "$runs/twin.log" "$out/09_resnet_vs_torch_$backend.log"
   cp "$runs/twin/09_resnet_torch.csv" "$out/09_resnet_torch_$backend.csv"
-  if [ -f "$runs/twin/09_resnet_vs_torch.png" ]; then
-    cp "$runs/twin/09_resnet_vs_torch.png" "$out/09_resnet_vs_torch_$backend.png"
-    stamp "$out/09_resnet_vs_torch_$backend.png"
-  fi
-  echo "wrote $out/09_resnet_vs_torch_$backend.{log,png,stamp.txt} and 09_resnet_torch_$backend.csv"
+  copy_plot "$runs/twin/09_resnet_vs_torch.png" "$out/09_resnet_vs_torch_$backend.png"
+  echo "wrote $out/09_resnet_vs_torch_$backend.log and 09_resnet_torch_$backend.csv"
 }
 
 case "$what" in
