@@ -371,6 +371,21 @@ TEST_CASE("only a regular file is read: a folder, /dev/null, /dev/zero and a FIF
   check_refused(dir.file("a-fifo"), "not a regular file but a FIFO");
 }
 
+TEST_CASE("one run at a time per checkpoint: a second lock is refused, naming the file, until the first goes") {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  {
+    const mp::CheckpointLock first(path);
+    // flock belongs to an open file: a second open, even in this process, is another run's.
+    CHECK_THROWS_WITH_AS(mp::CheckpointLock{path},
+                         doctest::Contains((path + ": another run is using this checkpoint now (it holds " + path +
+                                            ".lock): give each run its own --checkpoint")
+                                               .c_str()),
+                         mgpu::Error);
+  }
+  CHECK_NOTHROW(mp::CheckpointLock{path});  // released with the first
+}
+
 TEST_CASE("no more is read than the header says the file has") {
   TempDir dir;
   const std::string path = dir.file("long.ckpt");

@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -333,6 +334,27 @@ std::string encode_checkpoint(const Checkpoint& c) {
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   write_file_atomically(path, encode_checkpoint(c), "checkpoint");
 }
+
+CheckpointLock::CheckpointLock(const std::string& path) {
+  check_replaceable(path, "checkpoint");  // a missing folder, say, is named as such, not as a lock fault
+  const std::string lock = path + ".lock";
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw mgpu::Error(lock + ": cannot open the checkpoint's lock: " + errno_text());
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const bool held = errno == EWOULDBLOCK;
+    const std::string why = errno_text();
+    ::close(fd_);
+    throw mgpu::Error(held ? path + ": another run is using this checkpoint now (it holds " + lock +
+                                 "): give each run its own --checkpoint"
+                           : lock + ": cannot lock the checkpoint: " + why);
+  }
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+}
+
+CheckpointLock::CheckpointLock(CheckpointLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
 
 void check_checkpoint_target(const std::string& path) {
   check_replaceable(path, "checkpoint");

@@ -57,6 +57,26 @@ void write_checkpoint(const std::string& path, const Checkpoint& c);
 // Throws mgpu::Error naming the file and the fault.
 void check_checkpoint_target(const std::string& path);
 
+// One run at a time per checkpoint. Two runs given the same --checkpoint would overwrite each
+// other's file every epoch, or collide on FILE.tmp; the run that writes a checkpoint holds this
+// lock from its start to its end: an flock on FILE.lock, which the system releases when the
+// process ends, however it ends (the empty FILE.lock stays). A second run is refused at its
+// start, naming the file. Take it before check_checkpoint_target(), which tries FILE.tmp.
+class CheckpointLock {
+ public:
+  // Throws mgpu::Error if another run holds it, or if `path` could not be written at all (as
+  // check_checkpoint_target() says).
+  explicit CheckpointLock(const std::string& path);
+  ~CheckpointLock();
+  CheckpointLock(CheckpointLock&& other) noexcept;
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(CheckpointLock&&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Reads and checks a checkpoint of a model with `expected_params` parameters. A missing,
 // truncated, corrupt (checksum) or foreign file, one of another format version or model, or a
 // path that is not a regular file (a folder, /dev/zero, a FIFO) throws mgpu::Error naming the

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <optional>
 
 #include "checkpoint.h"
 #include "common/batches.h"  // largest_batch
@@ -171,6 +172,7 @@ struct Start {
   int epochs_done = 0;
   std::vector<float> params;
   std::vector<mgpu::EpochRecord> history;
+  std::optional<CheckpointLock> lock;  // rank 0, with --checkpoint: held until the run ends
 };
 
 // A resumed run must be the run that was saved: the same batch order and the same steps.
@@ -202,7 +204,10 @@ Start starting_point(const World& w, const Config& c, int train_examples) {
   // here, in seconds, rather than after an epoch, and the others are not left waiting.
   together(w, [&] {
     if (w.rank != 0) return;
-    if (!c.checkpoint.empty()) check_checkpoint_target(c.checkpoint);
+    if (!c.checkpoint.empty()) {
+      s.lock.emplace(c.checkpoint);
+      check_checkpoint_target(c.checkpoint);
+    }
     if (c.resume.empty()) {
       s.params = flatten(lenet::init_params(c.o.seed, c.init_scale));
     } else {
