@@ -14,3 +14,10 @@ set_tests_properties(offline_kit_ownership PROPERTIES SKIP_RETURN_CODE 77 TIMEOU
 # configured, unreadable by ctest, or without exercise tests: status 2, each its own message.
 add_test(NAME grade_messages COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/grade_messages.sh)
 set_tests_properties(grade_messages PROPERTIES TIMEOUT 60)
+
+# tools/classroom/student_copy: a copy that fails (under a file size limit: a real write error,
+# no hook in the program) removes what it wrote, one that is killed leaves a mark its next run
+# recognises, and either way the retry writes the copy; other non-empty folders are refused and
+# left as they were.
+add_test(NAME student_copy_retry COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/student_copy_retry.sh $<TARGET_FILE:student_copy>)
+set_tests_properties(student_copy_retry PROPERTIES TIMEOUT 60)

@@ -7,6 +7,12 @@
 //
 // The copy is of the working tree this program was built from (or --from DIR), without .git,
 // build folders (any folder holding a CMakeCache.txt) and results/.
+//
+// A copy that stops part way (a full disk, Ctrl-C) must not block the next try, and must not
+// pass for a finished one: the program first writes the file UNFINISHED_STUDENT_COPY into DIR
+// and removes it as its last step. When the copy fails, it removes what it wrote (DIR itself
+// when it made DIR); a DIR that still holds that file (the program was killed) is emptied and
+// written again by the next run. Any other folder that is not empty is refused, never touched.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -29,8 +35,9 @@ const char* kUsage =
     "usage: student_copy --to DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
     "       student_copy --list [--from SOURCE]\n"
     "Writes a copy of the repository at SOURCE (default: the one this program was built from)\n"
-    "into DIR, a folder that must not exist or be empty, with each exercise's marked region\n"
-    "replaced by a hole that stops the program with a message naming the exercise.\n"
+    "into DIR, a folder that must not exist or be empty (or be a copy this program left\n"
+    "unfinished), with each exercise's marked region replaced by a hole that stops the\n"
+    "program with a message naming the exercise.\n"
     "INSTRUCTOR.md files (answer keys), .git, build folders and results/ are left out.\n"
     "  --only   make holes of these exercises only (the others stay solved)\n"
     "  --list   print every exercise and where its regions are, and write nothing\n";
@@ -67,14 +74,39 @@ std::string readme_for(const fs::path& relative) {
   return "README.md";
 }
 
-// What the copy leaves out.
-bool left_out(const fs::directory_entry& e, const fs::path& relative, const fs::path& destination) {
+// The mark of an unfinished copy: in DIR from the first file written to the last. Its first
+// line is what proves DIR this program's; only a DIR holding it is ever emptied.
+const char* kUnfinishedName = "UNFINISHED_STUDENT_COPY";
+const std::string kUnfinishedLine = "student_copy: an unfinished student copy, format 1";
+const std::string kUnfinishedText =
+    kUnfinishedLine +
+    "\nstudent_copy stopped before this copy was complete. Run it again with the same --to: it\n"
+    "empties this folder (only while this file is in it) and writes the copy anew.\n";
+
+bool is_unfinished_copy(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || !fs::is_regular_file(fs::symlink_status(dir / kUnfinishedName, ec))) return false;
+  std::ifstream in(dir / kUnfinishedName);
+  std::string first;
+  return std::getline(in, first) && first == kUnfinishedLine;
+}
+
+// Removes everything in `dir`, which stays; `ec` says what failed.
+void empty_folder(const fs::path& dir, std::error_code& ec) {
+  std::vector<fs::path> entries;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
+  for (const fs::path& p : entries)
+    if (!ec) fs::remove_all(p, ec);
+}
+
+// What the copy leaves out; `skip` is the --to folder (where it is inside the source).
+bool left_out(const fs::directory_entry& e, const fs::path& relative, const fs::path& skip) {
   const std::string name = relative.filename().string();
   if (e.is_directory()) {
     if (name == ".git" || relative == "results") return true;
     if (fs::exists(e.path() / "CMakeCache.txt")) return true;  // a build folder
     std::error_code ec;
-    if (fs::equivalent(e.path(), destination, ec)) return true;
+    if (!skip.empty() && fs::equivalent(e.path(), skip, ec)) return true;
     return false;
   }
   return name == "INSTRUCTOR.md";
@@ -83,20 +115,21 @@ bool left_out(const fs::directory_entry& e, const fs::path& relative, const fs::
 // exercise -> "file:line-line" of each region
 using Found = std::map<std::string, std::vector<std::string>>;
 
-// Walks `source`; with `destination` empty only lists.
-void walk(const fs::path& source, const fs::path& dir, const fs::path& destination, const std::set<std::string>& only,
-          Found& found) {
+// Walks `source`, leaving out `skip` (the --to folder, which may hold an earlier copy); with
+// `destination` empty only lists.
+void walk(const fs::path& source, const fs::path& dir, const fs::path& destination, const fs::path& skip,
+          const std::set<std::string>& only, Found& found) {
   std::vector<fs::directory_entry> entries{fs::directory_iterator(dir), fs::directory_iterator()};
   std::sort(entries.begin(), entries.end());  // a reproducible order for --list
   for (const fs::directory_entry& e : entries) {
     const fs::path relative = fs::relative(e.path(), source);
-    if (left_out(e, relative, destination)) continue;
+    if (left_out(e, relative, skip)) continue;
     const fs::path target = destination.empty() ? fs::path() : destination / relative;
     if (e.is_symlink()) {
       if (!target.empty()) fs::copy_symlink(e.path(), target);
     } else if (e.is_directory()) {
       if (!target.empty()) fs::create_directories(target);
-      walk(source, e.path(), destination, only, found);
+      walk(source, e.path(), destination, skip, only, found);
     } else if (e.is_regular_file()) {
       if (!is_source(relative)) {
         if (!target.empty()) fs::copy_file(e.path(), target);
@@ -166,7 +199,7 @@ int run(int argc, char** argv) {
   source = fs::canonical(source);
 
   Found found;
-  walk(source, source, {}, only, found);  // reads and checks every marker; writes nothing
+  walk(source, source, {}, destination, only, found);  // reads and checks every marker; writes nothing
   if (list) {
     for (const auto& [exercise, regions] : found) {
       std::cout << exercise;
@@ -177,12 +210,41 @@ int run(int argc, char** argv) {
   }
   for (const std::string& name : only)
     if (!found.count(name)) throw std::runtime_error("--only " + name + ": no exercise of that name is marked");
-  if (fs::exists(destination) && !(fs::is_directory(destination) && fs::is_empty(destination)))
-    throw std::runtime_error("--to " + destination.string() + ": exists and is not an empty folder");
+  const bool existed = fs::exists(fs::symlink_status(destination));
+  if (existed && is_unfinished_copy(destination)) {
+    std::cerr << "student_copy: " << destination.string()
+              << " is a copy an earlier run left unfinished: it is written anew\n";
+    std::error_code ec;
+    empty_folder(destination, ec);
+    if (ec) throw std::runtime_error(destination.string() + ": the unfinished copy cannot be removed: " + ec.message());
+  } else if (existed && !(fs::is_directory(destination) && fs::is_empty(destination))) {
+    throw std::runtime_error("--to " + destination.string() +
+                             ": exists and is not an empty folder (nor a copy this program left unfinished): "
+                             "nothing in it was touched; choose another --to, or empty it yourself");
+  }
+  fs::path made = destination;  // the outermost folder this run makes (none when DIR existed)
+  while (made.has_parent_path() && made.parent_path() != made && !fs::exists(made.parent_path()))
+    made = made.parent_path();
   fs::create_directories(destination);
-  found.clear();
-  walk(source, source, fs::canonical(destination), only, found);
-  write_file(destination / "STUDENT_COPY.md", student_note(found, only));
+  try {
+    write_file(destination / kUnfinishedName, kUnfinishedText);  // first
+    found.clear();
+    walk(source, source, fs::canonical(destination), destination, only, found);
+    write_file(destination / "STUDENT_COPY.md", student_note(found, only));
+    fs::remove(destination / kUnfinishedName);  // last
+  } catch (const std::exception& e) {
+    // What this run wrote goes: all of DIR's content (DIR was empty, or was emptied above), and
+    // the folders this run made, DIR among them.
+    std::error_code ec;
+    if (existed)
+      empty_folder(destination, ec);
+    else
+      fs::remove_all(made, ec);
+    throw std::runtime_error(std::string(e.what()) +
+                             (ec ? "; removing the unfinished copy in " + destination.string() + " failed too (" +
+                                       ec.message() + "): remove it yourself"
+                                 : "; the unfinished copy was removed"));
+  }
   const std::size_t holes = only.empty() ? found.size() : only.size();
   std::cout << "student copy of " << source.string() << " written to " << destination.string() << ": " << holes
             << (holes == 1 ? " exercise" : " exercises") << " made a hole\n";
