@@ -13,6 +13,7 @@ Run it with Debian's interpreter, which is where python3-torch lives:
 """
 
 import argparse
+import contextlib
 import csv
 import gzip
 import math
@@ -89,11 +90,52 @@ def parse_args():
                    help="CPU threads for torch (default: all cores)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=default_device,
                    help=f"where to train (default here: {default_device})")
+    add_precision_argument(p)
     p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was requested but this torch sees no CUDA device")
+    check_precision(p, args.precision, args.device)
     return args
+
+
+# --------------------------------------------------------------------------
+# Precision: what the C++ programs' --precision means, in PyTorch's switches
+# --------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def add_precision_argument(p):
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32 (default): every product in fp32, TF32 off; tf32: TF32 tensor cores in "
+                        "matmuls and convolutions (CUDA only); bf16: autocast to bfloat16")
+    return p
+
+
+def check_precision(p, precision, device):
+    if precision == "tf32" and device != "cuda":
+        p.error("--precision tf32 is a format of NVIDIA's tensor cores: it needs --device cuda")
+
+
+def use_precision(precision, device_type):
+    """Sets PyTorch's switches for `precision` and returns a function that makes the context
+    the forward pass runs in.
+
+    fp32  TF32 off in cuBLAS's matmuls and in cuDNN's convolutions. PyTorch's default lets
+          cuDNN's convolutions read their fp32 inputs as TF32 on Ampere and newer GPUs, which
+          the C++ programs' fp32 never does: without this the comparison is not like for like.
+    tf32  TF32 on in both (the C++ --precision tf32 reads every GEMM's inputs as TF32).
+    bf16  torch.autocast to bfloat16: convolutions and matmuls take bf16 inputs and accumulate
+          in fp32, the weights stay fp32 (as the C++ --precision bf16).
+    On the CPU nothing is switched: fp32 there is what it always was.
+    """
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    if precision == "bf16":
+        return lambda: torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
 
 
 # --------------------------------------------------------------------------
@@ -209,9 +251,9 @@ def sgd(params, lr, batch_size):
             p.grad.zero_()  # PyTorch accumulates gradients unless we clear them
 
 
-def evaluate(params, X, y):
+def evaluate(params, X, y, precision_context=contextlib.nullcontext):
     correct = torch.zeros((), dtype=torch.int64, device=X.device)
-    with torch.no_grad():
+    with torch.no_grad(), precision_context():
         for i in range(0, X.shape[0], EVAL_BATCH):
             logits = lenet(X[i:i + EVAL_BATCH], params)
             correct += (logits.argmax(dim=1) == y[i:i + EVAL_BATCH]).sum()
@@ -227,6 +269,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
+    precision_context = use_precision(args.precision, device.type)
 
     data_dir = find_data_dir(args.data_dir)
     X_train, y_train = load_split(data_dir, TRAIN_IMAGES, TRAIN_LABELS)
@@ -263,8 +306,9 @@ def main():
         for i in range(0, n_train, args.batch_size):
             idx = order[i:i + args.batch_size]  # the last batch may be shorter
             X, y = X_train[idx], y_train[idx]
-            logits = lenet(X, params)
-            l = loss_fn(logits, y).sum()
+            with precision_context():  # the forward pass and the loss; backward follows its types
+                logits = lenet(X, params)
+                l = loss_fn(logits, y).sum()
             l.backward()
             sgd(params, args.lr, X.shape[0])
             loss_sum += l.detach()
@@ -276,7 +320,7 @@ def main():
 
         train_loss = loss_sum.item() / n_train
         train_acc = correct.item() / n_train
-        test_acc = evaluate(params, X_test, y_test)
+        test_acc = evaluate(params, X_test, y_test, precision_context)
         rows.append((epoch, train_loss, train_acc, test_acc, seconds))
         print(f"epoch {epoch:>{width}}/{args.epochs}  loss {train_loss:.4f}  train_acc {train_acc:.4f}"
               f"  test_acc {test_acc:.4f}  sec {seconds:.2f}", flush=True)
@@ -293,7 +337,7 @@ def main():
     sec_per_epoch = sum(timed) / len(timed)
     samples_per_sec = round(n_train / sec_per_epoch)
     print(f"result: chapter={CHAPTER} backend=torch-{device.type} devices=1 epochs={args.epochs}"
-          f" batch={args.batch_size} lr={args.lr:g} test_acc={rows[-1][3]:.4f}"
+          f" batch={args.batch_size} lr={args.lr:g} precision={args.precision} test_acc={rows[-1][3]:.4f}"
           f" sec_per_epoch={sec_per_epoch:.2f} samples_per_sec={samples_per_sec}"
           f" first_epoch_sec={epoch_times[0]:.2f}", flush=True)
 

@@ -10,7 +10,8 @@
 #
 # BUILD_DIR defaults to "build".  The extra flags go to both programs, so stick to the ones
 # they share: --epochs --batch-size --lr --width --data-dir --limit-train --seed --out
-# --devices.  BatchNorm is per device in both (d2l's DataParallel; the C++ default).  The
+# --devices --precision (fp32, tf32 or bf16: the twin's says how in PyTorch's terms; fp32 is
+# TF32 off in both).  BatchNorm is per device in both (d2l's DataParallel; the C++ default).  The
 # twin runs more than one device only on CUDA GPUs; the C++ cpu build fakes them.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/twin_compare.sh"

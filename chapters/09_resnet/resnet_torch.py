@@ -50,7 +50,8 @@ from torch import nn
 # import them from there rather than keep a second copy in step.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "01_lenet"))
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
-                         find_data_dir, load_split, non_negative_int, positive_float, positive_int)
+                         add_precision_argument, check_precision, find_data_dir, load_split,
+                         non_negative_int, positive_float, positive_int, use_precision)
 
 CHAPTER = "09_resnet_torch"
 
@@ -153,6 +154,7 @@ def count_parameters(net):
 # --------------------------------------------------------------------------
 
 def parse_args():
+    default_device = "cuda" if torch.cuda.is_available() else "cpu"
     p = argparse.ArgumentParser(
         description="d2l's ResNet-18 on Fashion-MNIST in PyTorch, nn.DataParallel over k GPUs "
                     "(twin of the C++ chapter 09).")
@@ -173,14 +175,24 @@ def parse_args():
     p.add_argument("--seed", type=int, default=42, help="seed for initialisation and shuffling (default 42)")
     p.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1,
                    help="CPU threads for torch (default: all cores, as chapter 01's twin)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=default_device,
+                   help=f"where to train (default here: {default_device})")
+    add_precision_argument(p)
     p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
     args = p.parse_args()
-    args.backend = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda was requested but this torch sees no CUDA device")
+    check_precision(p, args.precision, args.device)
+    args.backend = args.device
     if args.backend == "cpu" and args.devices != 1:
-        p.error(f"--devices {args.devices} needs {args.devices} CUDA GPUs, and this torch sees none "
+        p.error(f"--devices {args.devices} needs {args.devices} CUDA GPUs and --device cuda "
                 "(on the CPU only --devices 1 runs)")
     if args.backend == "cuda" and args.devices > torch.cuda.device_count():
         p.error(f"--devices {args.devices}: this torch sees only {torch.cuda.device_count()} CUDA GPU(s)")
+    if args.precision == "bf16" and args.devices > 1:
+        # nn.DataParallel runs each replica in a thread of its own, and autocast's setting is the
+        # thread's: not every PyTorch carries its dtype (bf16) over to the replicas.
+        p.error("--precision bf16 runs on one device only (--devices 1)")
     return args
 
 
@@ -188,11 +200,11 @@ def parse_args():
 # Training, as d2l 13.6's train()
 # --------------------------------------------------------------------------
 
-def evaluate(net, X, y):
+def evaluate(net, X, y, precision_context):
     """Test accuracy in eval mode: BatchNorm uses its running statistics."""
     net.eval()
     correct = torch.zeros((), dtype=torch.int64, device=X.device)
-    with torch.no_grad():
+    with torch.no_grad(), precision_context():
         for i in range(0, X.shape[0], EVAL_BATCH):
             logits = net(X[i:i + EVAL_BATCH])
             correct += (logits.argmax(dim=1) == y[i:i + EVAL_BATCH]).sum()
@@ -210,6 +222,7 @@ def write_csv(path, rows):
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
+    precision_context = use_precision(args.precision, args.backend)
 
     data_dir = find_data_dir(args.data_dir)
     X_train, y_train = load_split(data_dir, TRAIN_IMAGES, TRAIN_LABELS)
@@ -226,13 +239,17 @@ def main():
     if args.backend == "cuda":
         devices = [torch.device(f"cuda:{i}") for i in range(args.devices)]
         net = net.to(devices[0])
+        if args.precision == "bf16":
+            # Tensor cores read 16-bit convolutions fastest with the channels innermost (NHWC);
+            # the layout PyTorch's mixed-precision guides pair with autocast.
+            net = net.to(memory_format=torch.channels_last)
         # As d2l does, even for one GPU.  The module's parameters live on
         # GPU 0; DataParallel copies them to the others on every step.
         net = nn.DataParallel(net, device_ids=devices)
     else:
         devices = [torch.device("cpu")]
-    print(f"backend {args.backend}, {args.devices} device(s), {torch.get_num_threads()} CPU thread(s), "
-          f"{n_train} training images", flush=True)
+    print(f"backend {args.backend}, {args.devices} device(s), precision {args.precision}, "
+          f"{torch.get_num_threads()} CPU thread(s), {n_train} training images", flush=True)
 
     # The data set is small, so it goes to GPU 0 once: batches are then index
     # selections, with no host-to-device copies inside the timed loop.
@@ -265,8 +282,9 @@ def main():
             idx = order[i:i + args.batch_size]  # the last batch may be shorter
             X, y = X_train[idx], y_train[idx]
             trainer.zero_grad()
-            logits = net(X)
-            l = loss(logits, y)
+            with precision_context():  # the forward pass and the loss; backward follows its types
+                logits = net(X)
+                l = loss(logits, y)
             l.backward()
             trainer.step()
             loss_sum += l.detach() * X.shape[0]
@@ -279,7 +297,7 @@ def main():
 
         train_loss = loss_sum.item() / n_train
         train_acc = correct.item() / n_train
-        test_acc = evaluate(net, X_test, y_test)
+        test_acc = evaluate(net, X_test, y_test, precision_context)
         rows.append((epoch, train_loss, train_acc, test_acc, seconds))
         print(f"epoch {epoch:>{digits}}/{args.epochs}  loss {train_loss:.4f}  train_acc {train_acc:.4f}"
               f"  test_acc {test_acc:.4f}  sec {seconds:.2f}", flush=True)
@@ -292,7 +310,8 @@ def main():
     sec_per_epoch = sum(timed) / len(timed)
     samples_per_sec = round(n_train / sec_per_epoch)
     print(f"result: chapter={CHAPTER} backend=torch-{args.backend} devices={args.devices} epochs={args.epochs}"
-          f" batch={args.batch_size} lr={args.lr:g} width={args.width} test_acc={rows[-1][3]:.4f}"
+          f" batch={args.batch_size} lr={args.lr:g} width={args.width} precision={args.precision}"
+          f" test_acc={rows[-1][3]:.4f}"
           f" sec_per_epoch={sec_per_epoch:.3f} samples_per_sec={samples_per_sec}"
           f" first_epoch_sec={epoch_times[0]:.3f}", flush=True)
 
