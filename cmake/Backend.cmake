@@ -38,6 +38,12 @@ if(MGPU_BACKEND STREQUAL "auto" OR MGPU_BACKEND STREQUAL "cuda")
   endif()
 endif()
 
+# What the build resolved, for whoever reads the cache later (tools/gpu_check.sh's report): the
+# cached MGPU_BACKEND is what was asked for ("auto" too), and CMAKE_CUDA_ARCHITECTURES is cached
+# only where it was given on the command line.
+set(MGPU_BUILT_BACKEND ${MGPU_BACKEND_RESOLVED} CACHE INTERNAL "the backend this build compiles (cpu or cuda)")
+set(MGPU_BUILT_CUDA_ARCHITECTURES "" CACHE INTERNAL "the CUDA architectures this build compiles for")
+
 add_library(mgpu_backend INTERFACE)
 set(MGPU_HAVE_NCCL OFF)
 
@@ -49,6 +55,11 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
     set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 90)
   endif()
   enable_language(CUDA)
+  set(_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  if(_archs STREQUAL "native" AND CMAKE_CUDA_ARCHITECTURES_NATIVE)
+    set(_archs "native: ${CMAKE_CUDA_ARCHITECTURES_NATIVE}")  # what "native" found here
+  endif()
+  set(MGPU_BUILT_CUDA_ARCHITECTURES "${_archs}" CACHE INTERNAL "the CUDA architectures this build compiles for")
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)

@@ -25,6 +25,12 @@ gpu_check_expect(missing_value   2 stderr "--build-dir needs a value"           
 gpu_check_expect(option_as_value 2 stderr "--out needs a value, got the option '--quick'" --out --quick)
 gpu_check_expect(only_unknown    2 stderr "--only: 'ten' is neither 'tests' nor a chapter number" --only 01,ten)
 
+# The steps the script runs and tools/README.md's table of them agree, name for name and in order.
+add_test(NAME gpu_check_steps_in_readme
+         COMMAND ${CMAKE_COMMAND} -DSCRIPT=${gpu_check_script} -DREADME=${CMAKE_SOURCE_DIR}/tools/README.md
+                 -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_steps.cmake)
+list(APPEND gpu_check_tests gpu_check_steps_in_readme)
+
 # The whole sequence in the cpu build, short (--quick) and without building (--skip-build):
 # it must end with status 0, and its report must hold a row with a test accuracy for every
 # training program, mark every GPU-only step "not run: no GPU", and say plainly that it is not
@@ -35,10 +41,16 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
   if(TARGET 05_multi_process AND MPIEXEC_EXECUTABLE)
     string(APPEND gpu_check_programs ",05_multi_process")
   endif()
+  # The machine table reads the build after configuring it: a cpu build, without NCCL. No python3
+  # has PyTorch with CUDA where no GPU is, so the comparison with PyTorch says in one line that it
+  # did not run, and why.
+  set(facts "\n\\| NCCL \\| not used by a cpu build \\|\n\\| build \\| [^|\n]+: backend cpu \\(asked for: [a-z]+\\) \\|")
+  set(no_twins "\n## This repository against PyTorch\n\nNot run: [^\n]+\\. \\(Where `python3` imports torch")
   add_test(NAME gpu_check_report_without_gpu
            COMMAND ${CMAKE_COMMAND} -DSCRIPT=${gpu_check_script}
                    "-DARGS=--allow-no-gpu --skip-build --quick --build-dir ${CMAKE_BINARY_DIR} --out ${gpu_check_out}/report"
                    -DCODE=0 -DREPORT=${gpu_check_out}/report/gpu_check.md -DPROGRAMS=${gpu_check_programs}
+                   "-DREPORT_MATCHES=${facts}.*${no_twins}"
                    -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   # About a minute on 2 cores. It runs alone: it runs programs and a part of the suite itself,
@@ -56,6 +68,65 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(gpu_check_only_one_chapter PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
   list(APPEND gpu_check_tests gpu_check_only_one_chapter)
+
+  # A TERM (as Ctrl-C) during a step: the whole report is still written, ending in FAIL, exit 130.
+  add_test(NAME gpu_check_interrupted
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/gpu_check_interrupted.sh ${gpu_check_script} ${CMAKE_BINARY_DIR}
+                   ${gpu_check_out}/interrupted
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(gpu_check_interrupted PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+  list(APPEND gpu_check_tests gpu_check_interrupted)
+
+  # The PyTorch twins and the report's comparison table, with tests/stand_in_python/python3
+  # first on the PATH: a python3 that says it has PyTorch with CUDA and prints the result line a
+  # twin would (0.250 s per epoch, test accuracy 0.5000). Chapters 01 and 09 only (~15 s). Each
+  # twin runs with its precision on the GPU, and each row of the table sets it beside the C++
+  # run of the same model and precision: the fp32 ResNet-18, which ran longer, at the twin's epoch.
+  set(num "[0-9]+\\.[0-9]+")
+  set(twin_cells "${num} \\| 0\\.250 \\| 0\\.5000 \\| [0-9]+\\.[0-9][0-9] \\|")
+  set(twin_table "\n\\| LeNet \\| fp32 \\(PyTorch: TF32 off\\)[^|\n]+ \\| ${num} \\| ${twin_cells} 01_lenet_1dev, 01_lenet_torch \\|")
+  string(APPEND twin_table "\n\\| ResNet-18 \\| fp32 \\(PyTorch: TF32 off\\)[^|\n]+ \\| ${num} \\| [0-9]\\.[0-9][0-9][0-9][0-9] \\(epoch 1 of 2\\) \\| 0\\.250 \\| 0\\.5000 \\| [0-9]+\\.[0-9][0-9] \\| 09_resnet_1dev, 09_resnet_torch_fp32 \\|")
+  foreach(precision tf32 bf16)
+    string(APPEND twin_table "\n\\| ResNet-18 \\| ${precision} \\(PyTorch: [^|\n]+ \\| ${num} \\| ${twin_cells} 09_resnet_1dev_${precision}, 09_resnet_torch_${precision} \\|")
+  endforeach()
+  add_test(NAME gpu_check_torch_twins
+           COMMAND ${CMAKE_COMMAND} -DSCRIPT=${gpu_check_script}
+                   "-DARGS=--allow-no-gpu --skip-build --quick --only 01,09 --build-dir ${CMAKE_BINARY_DIR} --out ${gpu_check_out}/twins"
+                   -DCODE=0 "-DEXPECT=01_lenet_torch +PASS.*09_resnet_torch_fp32 +PASS.*09_resnet_torch_tf32 +PASS.*09_resnet_torch_bf16 +PASS"
+                   -DREPORT=${gpu_check_out}/twins/gpu_check.md
+                   "-DREPORT_MATCHES=PyTorch \\(the twins\\) \\| 2\\.11\\.0\\+stand-in with CUDA 13\\.0 .*--device cuda --precision bf16.*${twin_table}"
+                   -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(gpu_check_torch_twins PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
+                       ENVIRONMENT_MODIFICATION "PATH=path_list_prepend:${CMAKE_CURRENT_LIST_DIR}/stand_in_python")
+  list(APPEND gpu_check_tests gpu_check_torch_twins)
+  # A twin that fails is a failed step like any other (the verdict FAIL, exit 1), named with its
+  # error, and the report is still written to the end (its row of the table is left out).
+  add_test(NAME gpu_check_torch_twin_fails
+           COMMAND ${CMAKE_COMMAND} -DSCRIPT=${gpu_check_script}
+                   "-DARGS=--allow-no-gpu --skip-build --quick --only 09 --build-dir ${CMAKE_BINARY_DIR} --out ${gpu_check_out}/twin_fails"
+                   -DCODE=1 "-DEXPECT=09_resnet_torch_bf16 +FAIL: exit 1: RuntimeError: the stand-in fails.*report: .*gpu_check: FAIL \\(1 of [0-9]+ steps failed\\)"
+                   -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(gpu_check_torch_twin_fails PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
+                       ENVIRONMENT STAND_IN_PYTHON_FAILS=bf16
+                       ENVIRONMENT_MODIFICATION "PATH=path_list_prepend:${CMAKE_CURRENT_LIST_DIR}/stand_in_python")
+  list(APPEND gpu_check_tests gpu_check_torch_twin_fails)
+endif()
+
+# In a cuda build with NCCL the machine table's NCCL row is the loaded library's version and file
+# (tools/nccl_version), and the build row says cuda with its architectures: read without a GPU
+# too, with only chapter 04's steps (each "not run: no GPU") around them.
+if(MGPU_BACKEND_RESOLVED STREQUAL "cuda" AND TARGET nccl_version)
+  add_test(NAME gpu_check_machine_facts_cuda
+           COMMAND ${CMAKE_COMMAND} -DSCRIPT=${gpu_check_script}
+                   "-DARGS=--allow-no-gpu --skip-build --quick --only 04 --build-dir ${CMAKE_BINARY_DIR} --out ${gpu_check_out}/cuda_facts"
+                   -DCODE=0 -DREPORT=${gpu_check_out}/cuda_facts/gpu_check.md
+                   "-DREPORT_MATCHES=\n\\| NCCL \\| [0-9]+\\.[0-9]+\\.[0-9]+ \\(/[^|\n]*libnccl[^|\n]*\\)[^|\n]* \\|\n\\| build \\| [^|\n]+: backend cuda \\(asked for: [a-z]+\\), CUDA architectures [^|\n]+ \\|"
+                   -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(gpu_check_machine_facts_cuda PROPERTIES TIMEOUT 120)
+  list(APPEND gpu_check_tests gpu_check_machine_facts_cuda)
 endif()
 
 # Without --allow-no-gpu, on a machine where no GPU answers: status 77 and the reason. The

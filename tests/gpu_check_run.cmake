@@ -1,8 +1,11 @@
 # Runs tools/gpu_check.sh where no GPU answers, and checks how it ended and what it wrote.
 #   cmake -DSCRIPT=<gpu_check.sh> -DARGS="<arguments>" -DCODE=<status> [-DEXPECT=<regex>] [-DREJECT=<regex>]
-#         [-DREPORT=<its report> -DPROGRAMS=<program,program,...>] -P gpu_check_run.cmake
-# EXPECT is matched against stdout and stderr together; REJECT must not match them. With REPORT, the report must exist and
-# hold a training row with a test accuracy for each of PROGRAMS. Without SCRIPT, only the report
+#         [-DREPORT=<its report> [-DPROGRAMS=<program,program,...>] [-DREPORT_MATCHES=<regex>]]
+#         -P gpu_check_run.cmake
+# EXPECT is matched against stdout and stderr together; REJECT must not match them. With REPORT, the report must exist,
+# say that it is no GPU validation and match REPORT_MATCHES; with PROGRAMS too, it must be the
+# report of the whole sequence: a training row with a test accuracy for each of PROGRAMS, every
+# GPU-only step "not run", ctest's summary, a benchmark's table. Without SCRIPT, only the report
 # is checked (to try the checks on a report you changed by hand).
 #
 # These runs are for machines where no GPU answers. Where one does, the script would check the
@@ -55,6 +58,12 @@ if(NOT report MATCHES "This is NOT a GPU validation")
 endif()
 if(NOT report MATCHES "\ngpu_check: NOT A GPU VALIDATION [^\n]*\n$")
   fail("${REPORT}: the last line should be the verdict 'gpu_check: NOT A GPU VALIDATION ...'")
+endif()
+if(DEFINED REPORT_MATCHES AND NOT report MATCHES "${REPORT_MATCHES}")
+  fail("${REPORT}: the report should match the regex '${REPORT_MATCHES}'")
+endif()
+if(NOT DEFINED PROGRAMS)
+  return()
 endif()
 
 # A row of the training table: | step | run | backend | devices | epochs | test_acc | ...

@@ -4,8 +4,10 @@
 #
 #   tools/gpu_check.sh            configure and build the cuda backend, run the whole test suite,
 #                                 run every chapter on 1 GPU, on all GPUs, and with 2 and 4
-#                                 devices on one GPU, run both allreduce benchmarks
+#                                 devices on one GPU, the PyTorch twins of chapters 01 and 09
+#                                 (where python3 has PyTorch with CUDA), both allreduce benchmarks
 #   tools/gpu_check.sh --quick    the same with short runs
+#   tools/gpu_check.sh --list-steps   the names of the steps, in order (tools/README.md's table)
 #   tools/gpu_check.sh --help     the options
 #
 # Exit status: 0 everything passed, 1 something failed (the report says what), 2 a bad command
@@ -42,7 +44,8 @@ usage() {
 usage: $program_name [options]
   builds the cuda backend and checks every GPU path on this machine's NVIDIA GPUs: the test
   suite, every chapter on 1 GPU, on all GPUs and with 2 and 4 devices on one GPU, chapter 05
-  under mpirun, both allreduce benchmarks; writes one Markdown report
+  under mpirun, the PyTorch twins of chapters 01 and 09 beside them (where python3 has PyTorch
+  with CUDA), both allreduce benchmarks; writes one Markdown report
 
 options:
   --build-dir DIR   where to build (default build-gpu-check in the repository)
@@ -54,12 +57,14 @@ options:
   --quick           short runs (2 epochs on 4096 images, benchmarks up to 1 MiB) instead of
                     d2l's defaults; without a GPU shorter still (1 epoch on 1024 images)
   --only LIST       only these parts, comma-separated: tests (the test suite) and chapter
-                    numbers (01 to 09: that chapter's runs and benchmark), e.g. --only tests,01,09;
+                    numbers (01 to 09: that chapter's runs, twin and benchmark), e.g. --only tests,01,09;
                     to split the check over several shorter runs (a job's time limit). The build
                     always comes first (with --skip-build, the one in --build-dir is used)
   --allow-no-gpu    where no GPU answers, run the same steps on the build's own backend (normally
                     cpu) instead of exiting with status 77; GPU-only steps are then "not run".
                     This checks the script, not the GPUs.
+  --list-steps      print the name of every step the check can run, in order, one a line (those
+                    of a machine with 2 or more GPUs and PyTorch with CUDA), and exit; runs nothing
   --help            this text
 
 exit status: 0 all passed, 1 a step failed, 2 a bad command line, 77 no GPU (without --allow-no-gpu)
@@ -79,6 +84,7 @@ out_dir="$repo_root/results"
 skip_build=no
 quick=no
 allow_no_gpu=no
+list_steps=no
 cuda_archs=""
 only=""  # the parts to run, ",tests,01,09,"; empty: all of them
 
@@ -103,6 +109,7 @@ parse_command_line() {
       --skip-build) skip_build=yes ;;
       --quick) quick=yes ;;
       --allow-no-gpu) allow_no_gpu=yes ;;
+      --list-steps) list_steps=yes ;;
       *) refuse_command_line "unknown option '$1'" ;;
     esac
     shift
@@ -134,11 +141,24 @@ now() { date +%s.%N; }
 seconds_since() { awk -v start="$1" -v end="$(now)" 'BEGIN { printf "%.1f", end - start }'; }
 check_started=$(now)
 
-# One value from the build's CMake cache ("" when the build or the value is missing).
+# One value from the build's CMake cache ("" when the build or the value is missing). Read it
+# after configuring: before, a new build folder has no cache yet.
 cache_value() {
   local cache="$build_dir/CMakeCache.txt"
   [[ -f "$cache" ]] || return 0
   sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1
+}
+
+# The backend the build compiles, cpu or cuda ("" if unknown). cmake/Backend.cmake caches it as
+# MGPU_BUILT_BACKEND: the cached MGPU_BACKEND is what was asked for, which may be "auto". (A
+# build configured before that entry existed still says cpu or cuda there when one was asked for.)
+built_backend() {
+  local backend
+  backend=$(cache_value MGPU_BUILT_BACKEND)
+  [[ -n "$backend" ]] || backend=$(cache_value MGPU_BACKEND)
+  if [[ "$backend" == cpu || "$backend" == cuda ]]; then
+    echo "$backend"
+  fi
 }
 
 # A command as a person would type it from the repository root: paths inside the repository
@@ -165,16 +185,16 @@ find_gpus() {
   local listing
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     gpu_problem="nvidia-smi not found"
-    return
+    return 0
   fi
   if ! listing=$(nvidia-smi -L 2>&1); then
     gpu_problem="nvidia-smi -L: $(head -n 1 <<<"$listing")"
-    return
+    return 0
   fi
   gpu_count=$(grep -c '^GPU [0-9]*:' <<<"$listing" || true)
   if [[ "$gpu_count" -eq 0 ]]; then
     gpu_problem="nvidia-smi -L lists no GPU"
-    return
+    return 0
   fi
   first_gpu=0
   # CUDA_VISIBLE_DEVICES, where set, decides what CUDA programs see: honour it.
@@ -189,19 +209,27 @@ find_gpus() {
   fi
 }
 
-find_gpus
-if [[ "$gpu_count" -gt 0 ]]; then
+if [[ "$list_steps" == yes ]]; then
+  # The plan of a machine where every step runs: two GPUs (the "all GPUs" steps), mpirun, and
+  # PyTorch with CUDA (the twins). Nothing is run or looked up.
+  gpu_count=2
+  first_gpu=0
   mode=gpu
-elif [[ "$allow_no_gpu" == yes ]]; then
-  mode=no-gpu
 else
-  echo "$program_name: no NVIDIA GPU answers ($gpu_problem); nothing to check" >&2
-  echo "(--allow-no-gpu runs the same steps on the build's own backend, to check the script itself)" >&2
-  exit 77
+  find_gpus
+  if [[ "$gpu_count" -gt 0 ]]; then
+    mode=gpu
+  elif [[ "$allow_no_gpu" == yes ]]; then
+    mode=no-gpu
+  else
+    echo "$program_name: no NVIDIA GPU answers ($gpu_problem); nothing to check" >&2
+    echo "(--allow-no-gpu runs the same steps on the build's own backend, to check the script itself)" >&2
+    exit 77
+  fi
 fi
 readonly mode gpu_count first_gpu
 
-if [[ "$skip_build" == yes && ! -f "$build_dir/CMakeCache.txt" ]]; then
+if [[ "$list_steps" == no && "$skip_build" == yes && ! -f "$build_dir/CMakeCache.txt" ]]; then
   echo "$program_name: --skip-build, but $build_dir holds no build (no CMakeCache.txt); drop --skip-build to build there" >&2
   exit 1
 fi
@@ -253,9 +281,16 @@ selected() {  # step name
   [[ -z "$only" || "$only" == *",$part,"* ]]
 }
 
+# With --list-steps a step only says its name, and is not run (status 0: "listed, skip it").
+listed() {  # name
+  [[ "$list_steps" == yes ]] || return 1
+  echo "$1"
+}
+
 # A step that is not run, and why (no GPU, one GPU only, --skip-build, ...).
 skip_step() {  # name title reason
   selected "$1" || return 0
+  listed "$1" && return 0
   record_step "$1" "$2" "" "not run: $3" "" "0.0"
 }
 
@@ -322,6 +357,12 @@ no_gpu_answered() {  # log
 # Sets build_ok to yes when there is a build to check (built now, or given with --skip-build).
 build_ok=no
 configure_and_build() {
+  if [[ "$list_steps" == yes && "$skip_build" == no ]]; then
+    listed configure
+    listed build
+    build_ok=yes
+    return 0
+  fi
   if [[ "$skip_build" == yes ]]; then
     skip_step configure "configure" "--skip-build: the build in $(command_text "$build_dir") is used as it is"
     skip_step build "build" "--skip-build"
@@ -345,7 +386,7 @@ configure_and_build() {
     if [[ "$run_status" -ne 0 ]]; then
       record_step configure "configure" "$(command_text "${configure[@]}")" \
         "FAIL: $(status_problem "$run_status" "$logs_dir/configure.log")" "$run_status" "$run_seconds"
-      return
+      return 0
     fi
     record_step configure "configure" "$(command_text "${configure[@]}")" PASS 0 "$run_seconds"
 
@@ -355,16 +396,16 @@ configure_and_build() {
       record_step build "build" "$(command_text "${build[@]}")" \
         "FAIL: $(status_problem "$run_status" "$logs_dir/build.log")" \
         "$run_status" "$run_seconds"
-      return
+      return 0
     fi
     record_step build "build" "$(command_text "${build[@]}")" PASS 0 "$run_seconds"
   fi
   # A GPU check of a cpu build would check nothing: say so before spending any time.
-  if [[ "$mode" == gpu && "$(cache_value MGPU_BACKEND)" == cpu ]]; then
+  if [[ "$list_steps" == no && "$mode" == gpu && "$(built_backend)" == cpu ]]; then
     record_step backend "the build's backend" "" \
-      "FAIL: $(command_text "$build_dir") is a cpu build (MGPU_BACKEND=cpu); drop --skip-build or give a cuda build" \
+      "FAIL: $(command_text "$build_dir") is a cpu build (backend cpu, asked for: $(cache_value MGPU_BACKEND)); drop --skip-build or give a cuda build" \
       "" "0.0"
-    return
+    return 0
   fi
   build_ok=yes
 }
@@ -377,10 +418,12 @@ lines_after() {  # heading log
 
 run_test_suite() {
   selected ctest || return 0
+  listed ctest && return 0
   local title="the whole test suite (ctest)"
   # Left out: this script's own tests (label gpu_check), and those that skip for reasons that
-  # say nothing about the GPUs: the comparisons with PyTorch (label torch: without
-  # python3-torch), the runs under SLURM (label scheduler: without SLURM, or not as root) and
+  # say nothing about the GPUs: the comparisons with PyTorch (label torch: they run Debian's
+  # /usr/bin/python3, seldom the one with PyTorch on a GPU machine; the twins run as steps of
+  # their own, with the python3 on the PATH: run_torch_twins), the runs under SLURM (label scheduler: without SLURM, or not as root) and
   # the offline kit's check (label offline_kit: without root or Debian's registry). CI runs them.
   # With one GPU, also the checks that mean two (label multi_gpu: they skip, saying so).
   local left_out='gpu_check|torch|scheduler|offline_kit'
@@ -390,7 +433,7 @@ run_test_suite() {
     multi_note=" With one GPU, also the checks that need two (label \`multi_gpu\`: chapter 04's exercise)."
   fi
   local -a ctest=(ctest --test-dir "$build_dir" --output-on-failure -j "$cores" -LE "^($left_out)\$")
-  local note="The whole suite but this script's own tests (label \`gpu_check\`), the PyTorch comparisons (label \`torch\`), the runs under SLURM (label \`scheduler\`) and the offline kit's check (label \`offline_kit\`); on a GPU machine no test may fail or be skipped.$multi_note"
+  local note="The whole suite but this script's own tests (label \`gpu_check\`), the PyTorch comparisons (label \`torch\`: they run \`/usr/bin/python3\`; the twins run as steps of their own), the runs under SLURM (label \`scheduler\`) and the offline kit's check (label \`offline_kit\`); on a GPU machine no test may fail or be skipped.$multi_note"
   if [[ "$mode" == no-gpu ]]; then
     # Without a GPU only a fast subset runs (each program's --help): enough to show that
     # ctest's report is read right; the whole suite is the build's own business. It runs from
@@ -404,7 +447,7 @@ run_test_suite() {
     local why="the build has no tests: CMake did not find doctest when configuring. Install it (Debian/Ubuntu: apt-get install doctest-dev; elsewhere the doctest package, or -Ddoctest_DIR=...) and configure again"
     test_suite_section="**FAIL**: $why."
     record_step ctest "$title" "$(command_text "${ctest[@]}")" "FAIL: $why" "" "0.0"
-    return
+    return 0
   fi
   run_logged ctest "$test_suite_time_limit" "${ctest[@]}"
   local log="$logs_dir/ctest.log" failed skipped summary outcome=PASS
@@ -496,6 +539,7 @@ run_training() {
   local name=$1 title=$2
   shift 2
   selected "$name" || return 0
+  listed "$name" && return 0
   local program=$1
   # "env CUDA_VISIBLE_DEVICES=0 prog" or "mpirun ... prog": the program is the last word
   # before the options that is a path into the build.
@@ -507,7 +551,7 @@ run_training() {
   done
   if [[ ! -x "$program" ]]; then
     record_step "$name" "$title" "$(command_text "$@")" "FAIL: $(not_built "$program")" "" "0.0"
-    return
+    return 0
   fi
   run_logged "$name" "$step_time_limit" "$@"
   local log="$logs_dir/$name.log" outcome=PASS
@@ -531,9 +575,10 @@ run_benchmark() {
   local name=$1 title=$2
   shift 2
   selected "$name" || return 0
+  listed "$name" && return 0
   if [[ ! -x "$1" ]]; then
     record_step "$name" "$title" "$(command_text "$@")" "FAIL: $(not_built "$1")" "" "0.0"
-    return
+    return 0
   fi
   run_logged "$name" "$step_time_limit" "$@"
   local log="$logs_dir/$name.log" outcome=PASS tables
@@ -564,13 +609,18 @@ elif [[ "$quick" == yes ]]; then
 fi
 # Chapter 09 (ResNet-18) costs 200 times LeNet's work per image: without a GPU it runs at
 # --width 4 (a 256th of the work), on a GPU at d2l's width 64.
-# Its full recipe runs once (with its kernel table); the other chapter 09 runs take 3 epochs, to
-# keep the whole check within minutes.
+# Its full recipe runs once (with its kernel table); the other chapter 09 runs, and the PyTorch
+# twin's, take 3 epochs, to keep the whole check within minutes. Without a GPU, in short runs,
+# the full recipe still runs longer than the others (2 epochs against 1), so that the
+# comparison with PyTorch reads an earlier epoch of it, as on a GPU.
 resnet_options=("${chapter_options[@]}")
 resnet_more=("${chapter_options[@]}")
 if [[ "$mode" != gpu ]]; then
   resnet_options+=(--width 4)
   resnet_more+=(--width 4)
+  if [[ "$quick" == yes ]]; then
+    resnet_options+=(--epochs 2)
+  fi
 elif [[ "$quick" != yes ]]; then
   resnet_more+=(--epochs 3)
 fi
@@ -597,6 +647,42 @@ if [[ -n "$mpirun_path" ]]; then
     mpi_env+=(OMPI_MCA_btl_vader_single_copy_mechanism=none)
     mpirun_command+=(--oversubscribe)
   fi
+fi
+if [[ "$list_steps" == yes ]]; then
+  mpirun_command=(mpirun)  # the plan of a machine that has it
+fi
+
+# PyTorch with CUDA, for the twins of chapters 01 and 09: the python3 on the PATH (a virtual
+# environment's, where one is active) must import torch and torch must see a CUDA device (in the
+# no-GPU mode too: that is how a stand-in python3 tests the comparison table). torch_note says
+# which PyTorch, or why none: the report's machine table shows it.
+torch_found=no
+torch_python=""
+torch_note=""
+torch_problem=""
+find_torch() {
+  local out status=0
+  torch_python=$(command -v python3 || true)
+  if [[ -z "$torch_python" ]]; then
+    torch_problem="python3 not found"
+    torch_note="none: $torch_problem"
+    return 0
+  fi
+  # Status 3: torch imports, but sees no CUDA device. (Importing torch takes seconds.)
+  out=$(timeout 120 "$torch_python" -c 'import sys, torch
+print(torch.__version__, "with CUDA", torch.version.cuda)
+sys.exit(0 if torch.cuda.is_available() else 3)' 2>&1) || status=$?
+  case "$status" in
+    0) torch_found=yes; torch_note="$(tail -n 1 <<<"$out") ($torch_python)"; return 0 ;;
+    3) torch_problem="torch $(tail -n 1 <<<"$out") sees no CUDA device ($torch_python)" ;;
+    *) torch_problem="$torch_python cannot import torch ($(tail -n 1 <<<"$out" | cut -c 1-160))" ;;
+  esac
+  torch_note="none with CUDA: $torch_problem"
+}
+if [[ "$list_steps" == yes ]]; then
+  torch_found=yes
+else
+  find_torch
 fi
 
 # "On one GPU": several logical devices, or several ranks, all on the first GPU.
@@ -771,7 +857,7 @@ run_chapters() {
     else
       selected 05 && record_step 05_multi_process "chapter 05 under mpirun" "" "FAIL: $missing" "" "0.0"
     fi
-    return
+    return 0
   fi
   run_training 05_multi_process_np1 "chapter 05, mpirun -np 1, collective $own_gpu_collective" \
     env "${mpi_env[@]}" "${mpirun_command[@]}" -np 1 "$bin/05_multi_process" --collective "$own_gpu_collective" \
@@ -796,6 +882,131 @@ run_chapters() {
     "${chapter_options[@]}" "${multi_process_options[@]}" --out "$(out_for 05_multi_process_np2_1gpu)"
 }
 
+# --- The PyTorch twins ---------------------------------------------------------------------
+# Chapters 01 and 09 have PyTorch twins (lenet_torch.py, resnet_torch.py): the same model, data
+# and recipe in PyTorch. Where python3 has PyTorch with CUDA they run on the first GPU, each beside
+# the C++ run it is compared with, in the same precision: fp32 with TF32 off in PyTorch too
+# (PyTorch's default lets cuDNN's convolutions use TF32), TF32, and bf16. The C++ ResNet-18 runs
+# 10 epochs in fp32, the twins 3 (seconds per epoch need no more), so the fp32 row compares the
+# C++ run's accuracy after as many epochs as the twin ran, from its CSV (the rate is constant).
+
+# The value of KEY on the last result line of LOG ("" if none, or no such log: a run that failed).
+result_value() {  # log key
+  local line
+  line=$(grep '^result: ' "$1" 2>/dev/null | tail -n 1) || true
+  tr ' ' '\n' <<<"$line" | sed -n "s/^$2=//p" | head -n 1
+}
+
+# Test accuracy after epoch N, from the CSV a run's log names ("wrote .../name.csv"); "" if none.
+csv_test_acc() {  # log epoch
+  local csv
+  csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$1" 2>/dev/null | tail -n 1) || true
+  [[ -f "$csv" ]] || return 0
+  awk -F, -v epoch="$2" 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == "test_acc") column = i; next }
+                         column && $1 == epoch { print $column }' "$csv"
+}
+
+# A twin's run: passes when it exits with 0, prints its result line, trained on CUDA (on a GPU),
+# and, in a full run, ends above min_test_acc.
+run_twin() {  # name title command...
+  local name=$1 title=$2
+  shift 2
+  selected "$name" || return 0
+  listed "$name" && return 0
+  run_logged "$name" "$step_time_limit" "$@"
+  local log="$logs_dir/$name.log" outcome=PASS acc backend
+  acc=$(result_value "$log" test_acc)
+  backend=$(result_value "$log" backend)
+  if [[ "$run_status" -ne 0 ]]; then
+    outcome="FAIL: $(status_problem "$run_status" "$log")"
+  elif ! grep -q '^result: ' "$log"; then
+    outcome="FAIL: no result line"
+  elif ! [[ "$acc" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    outcome="FAIL: test_acc '$acc' is not a number"
+  elif [[ "$quick" == no ]] && awk -v a="$acc" -v m="$min_test_acc" 'BEGIN { exit !(a < m) }'; then
+    outcome="FAIL: test_acc $acc is below $min_test_acc (did not learn)"
+  elif [[ "$mode" == gpu && "$backend" != torch-cuda ]]; then
+    outcome="FAIL: ran on '$backend', not torch-cuda"
+  fi
+  record_step "$name" "$title" "$(command_text "$@")" "$outcome" "$run_status" "$run_seconds"
+}
+
+run_torch_twins() {
+  [[ "$torch_found" == yes ]] || return 0
+  local where="on GPU $first_gpu"
+  [[ "$mode" == no-gpu ]] && where="(no GPU: python3 says it has CUDA)"
+  # On the first GPU, as the C++ runs they are compared with. --device cuda: a twin that cannot
+  # train on the GPU stops with a message instead of training on the CPU.
+  run_twin 01_lenet_torch "chapter 01's PyTorch twin $where, fp32 ($(twin_precision_words fp32))" \
+    "${on_one_gpu[@]}" "$torch_python" "$repo_root/chapters/01_lenet/lenet_torch.py" --device cuda --precision fp32 \
+    "${chapter_options[@]}" --out "$(out_for 01_lenet_torch)"
+  local precision
+  for precision in fp32 tf32 bf16; do
+    run_twin "09_resnet_torch_$precision" "chapter 09's PyTorch twin $where, $precision ($(twin_precision_words "$precision"))" \
+      "${on_one_gpu[@]}" "$torch_python" "$repo_root/chapters/09_resnet/resnet_torch.py" --device cuda \
+      --precision "$precision" "${resnet_more[@]}" --out "$(out_for "09_resnet_torch_$precision")"
+  done
+}
+
+# What a twin's --precision makes PyTorch do (the twins' use_precision says why).
+twin_precision_words() {
+  case "$1" in
+    fp32) echo "TF32 off" ;;
+    tf32) echo "TF32 in matmuls and convolutions" ;;
+    bf16) echo "autocast to bf16, channels_last" ;;
+  esac
+}
+
+# The report's "this repository against PyTorch" table: one row per twin that ran, beside the
+# C++ run of the same model and precision.
+twin_comparison() {
+  if [[ "$torch_found" != yes ]]; then
+    echo "Not run: $torch_problem. (Where \`python3\` imports torch and torch sees a GPU, chapters 01 and 09's PyTorch twins run beside the C++ programs and this table compares them; the verdict does not depend on them.)"
+    return 0
+  fi
+  local -a rows=()
+  local spec ours twin model precision
+  for spec in "01_lenet_1dev 01_lenet_torch LeNet fp32" "09_resnet_1dev 09_resnet_torch_fp32 ResNet-18 fp32" \
+              "09_resnet_1dev_tf32 09_resnet_torch_tf32 ResNet-18 tf32" "09_resnet_1dev_bf16 09_resnet_torch_bf16 ResNet-18 bf16"; do
+    read -r ours twin model precision <<<"$spec"
+    local twin_log="$logs_dir/$twin.log" ours_log="$logs_dir/$ours.log"
+    grep -q '^result: ' "$twin_log" 2>/dev/null || continue
+    local epochs ours_epochs ours_acc ours_sec twin_sec ratio
+    epochs=$(result_value "$twin_log" epochs)
+    ours_epochs=$(result_value "$ours_log" epochs)
+    ours_sec=$(result_value "$ours_log" sec_per_epoch)
+    ours_acc=$(result_value "$ours_log" test_acc)
+    if [[ -n "$ours_epochs" && "$ours_epochs" != "$epochs" ]]; then
+      ours_acc=$(csv_test_acc "$ours_log" "$epochs")
+      [[ -z "$ours_acc" ]] || ours_acc=$(printf '%.4f' "$ours_acc")
+      ours_acc="${ours_acc:-?} (epoch $epochs of $ours_epochs)"
+    fi
+    twin_sec=$(result_value "$twin_log" sec_per_epoch)
+    ratio=$(awk -v t="$twin_sec" -v o="$ours_sec" 'BEGIN { if (o + 0 > 0 && t + 0 > 0) printf "%.2f", t / o; else print "n/a" }')
+    local missing="not run"  # this repository's side, where it has no result line
+    [[ -f "$ours_log" ]] && missing="no result (see the step)"
+    local recipe
+    recipe="$precision (PyTorch: $(twin_precision_words "$precision")); batch $(result_value "$twin_log" batch), lr $(result_value "$twin_log" lr), $epochs epoch"
+    [[ "$epochs" == 1 ]] || recipe+=s
+    rows+=("| $model | $recipe | ${ours_sec:-$missing} | ${ours_acc:-$missing} | ${twin_sec:-?} | $(result_value "$twin_log" test_acc) | $ratio | $ours, $twin |")
+  done
+  if [[ "${#rows[@]}" -eq 0 ]]; then
+    echo "(no twin ran: see the steps)"
+    return 0
+  fi
+  echo "The C++ programs of this repository and their PyTorch twins on the same GPU, data, model and"
+  echo "recipe, in the same precision: fp32 is fp32 in both (TF32 off in PyTorch, whose default lets"
+  echo "cuDNN's convolutions use TF32); tf32 is the C++ \`--precision tf32\` beside PyTorch with TF32 in"
+  echo "matmuls and convolutions; bf16 is the C++ \`--precision bf16\` beside PyTorch's autocast to bf16"
+  echo "(with the channels_last layout). Seconds per epoch leave out the first epoch on both sides."
+  echo "Time, PyTorch ÷ ours: above 1, this repository's run is the faster. Each side's command is in"
+  echo "the steps table (the last column names the two steps)."
+  echo
+  echo "| model | recipe | ours: s/epoch | ours: test acc | PyTorch: s/epoch | PyTorch: test acc | time, PyTorch ÷ ours | steps |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+}
+
 run_benchmarks() {
   local bin="$build_dir/bin" sizes
   # Full: up to 64 MiB (LeNet's gradients are 504 KiB; NCCL reaches its bandwidth by then on
@@ -808,7 +1019,7 @@ run_benchmarks() {
     run_benchmark 03_allreduce_bench "naive and ring, 1 and 2 devices (no GPU)" \
       "$bin/03_allreduce_bench" --devices 1,2 "${sizes[@]}" --out "$(out_for 03_allreduce_bench)"
     skip_step 04_allreduce_bench "naive, ring and NCCL on the GPUs" "no GPU"
-    return
+    return 0
   fi
   # Chapter 03's benchmark places logical devices round-robin on the GPUs: with one GPU, 2
   # and 4 devices share it; with more, they spread over them.
@@ -851,7 +1062,20 @@ collect_machine_facts() {
   else
     machine_row "GPUs" "none: $gpu_problem"
   fi
-  local nvcc nccl_header nccl=""
+  machine_row "MPI" "${mpi_version:-mpirun not found}"
+  local cpu_model
+  cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1 || true)
+  [[ -n "$cpu_model" ]] || cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  machine_row "CPU" "$cpu_model, $cores cores usable"
+  machine_row "PyTorch (the twins)" "$torch_note"
+}
+
+# The facts that come from the build, read once it is configured (a new build folder has no
+# CMake cache before): its compiler, the NCCL its programs load, its backend and architectures.
+build_facts_collected=no
+collect_build_facts() {
+  build_facts_collected=yes
+  local nvcc
   nvcc=$(cache_value CMAKE_CUDA_COMPILER)
   [[ -x "$nvcc" ]] || nvcc=$(command -v nvcc || true)
   [[ -x "$nvcc" ]] || nvcc=/usr/local/cuda/bin/nvcc
@@ -860,25 +1084,53 @@ collect_machine_facts() {
   else
     machine_row "CUDA (nvcc)" "not found"
   fi
-  # NCCL's version is in its header; the build caches where it found it.
-  nccl_header="$(cache_value MGPU_NCCL_INCLUDE)/nccl.h"
-  [[ -f "$nccl_header" ]] || nccl_header="$(dirname "$nvcc")/../include/nccl.h"
-  [[ -f "$nccl_header" ]] || nccl_header=/usr/include/nccl.h
-  if [[ -f "$nccl_header" ]]; then
-    nccl=$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH)[ \t]/ { v[$2] = $3 }
-                END { if (v["NCCL_MAJOR"] != "") printf "%s.%s.%s", v["NCCL_MAJOR"], v["NCCL_MINOR"], v["NCCL_PATCH"] }' \
-               "$nccl_header")
-    nccl+=" ($(realpath -m "$nccl_header"))"
+  machine_row "NCCL" "$(nccl_fact)"
+  if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+    machine_row "build" "$(command_text "$build_dir"): not configured (see the configure step)"
+    return 0
   fi
-  machine_row "NCCL" "${nccl:-not found}"
-  machine_row "MPI" "${mpi_version:-mpirun not found}"
-  local cpu_model
-  cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1 || true)
-  [[ -n "$cpu_model" ]] || cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-  machine_row "CPU" "$cpu_model, $cores cores usable"
-  local archs
-  archs=$(cache_value CMAKE_CUDA_ARCHITECTURES)
-  machine_row "build" "$(command_text "$build_dir"): MGPU_BACKEND=$(cache_value MGPU_BACKEND), CUDA architectures: ${archs:-none (not a cuda build)}"
+  local backend text
+  backend=$(built_backend)
+  text="$(command_text "$build_dir"): backend ${backend:-unknown} (asked for: $(cache_value MGPU_BACKEND))"
+  if [[ "$backend" == cuda ]]; then
+    local archs
+    archs=$(cache_value MGPU_BUILT_CUDA_ARCHITECTURES)
+    [[ -n "$archs" ]] || archs=$(cache_value CMAKE_CUDA_ARCHITECTURES)
+    text+=", CUDA architectures ${archs:-unknown (configure again to record them)}"
+  fi
+  machine_row "build" "$text"
+}
+
+# The NCCL the build's programs load, as tools/nccl_version finds it: the loaded library's own
+# version (ncclGetVersion) and its file. The nccl.h the build compiled against is named too where
+# its version differs: a header says nothing about the code that runs (PyTorch's pip wheel, for
+# one, brings a libnccl.so.2 of its own).
+nccl_fact() {
+  case "$(built_backend)" in
+    cpu) echo "not used by a cpu build"; return 0 ;;
+    "") echo "unknown: no configured build"; return 0 ;;
+  esac
+  local program="$build_dir/bin/nccl_version" out library header text
+  if [[ ! -x "$program" ]]; then
+    if [[ -z "$(cache_value MGPU_NCCL_INCLUDE)" || "$(cache_value MGPU_NCCL_INCLUDE)" == *NOTFOUND ||
+          "$(cache_value MGPU_NCCL_LIBRARY)" == *NOTFOUND ]]; then
+      echo "not found by the build (chapter 04 is left out: see the configure report)"
+    else
+      echo "unknown: $(command_text "$program") was not built"
+    fi
+    return 0
+  fi
+  if ! out=$(timeout 30 "$program" 2>&1); then
+    echo "unknown: $(command_text "$program") failed: $(tail -n 1 <<<"$out")"
+    return 0
+  fi
+  library=$(sed -n 's/^library //p' <<<"$out")  # "2.28.9 /path/libnccl.so.2"
+  header=$(sed -n 's/^header //p' <<<"$out")
+  text="${library%% *} (${library#* })"
+  if [[ "${header%% *}" != "${library%% *}" ]]; then
+    text+="; the build compiled against nccl.h ${header%% *} (${header#* })"
+  fi
+  echo "$text"
 }
 
 # The peer-access matrix chapter 02 prints, from the widest of its runs that has one.
@@ -893,7 +1145,7 @@ peer_access_matrix() {
       echo '```'
       awk '/^peer access/ { on = 1; print; next } on && /^( |cuda:|\()/ { print; next } on { exit }' "$log"
       echo '```'
-      return
+      return 0
     fi
   done
   echo "(no chapter 02 log printed one)"
@@ -981,6 +1233,10 @@ write_report() {
       printf '%s\n' "${training_rows[@]}"
     fi
     echo
+    echo "## This repository against PyTorch"
+    echo
+    twin_comparison
+    echo
     echo "## Test suite"
     echo
     echo "${test_suite_section:-(not run)}"
@@ -1012,7 +1268,9 @@ write_report() {
 }
 
 # --- The check ----------------------------------------------------------------------------
-# Ctrl-C (or a TERM) still leaves a report of what ran so far.
+# Ctrl-C (or a TERM) still leaves a report of what ran so far. (The functions of this script end
+# with `return 0`, never a bare `return`: run from a trap, a bare return returns the status of
+# the command the signal interrupted, 130 or 143, and set -e would end the report there.)
 # shellcheck disable=SC2317  # (run by the trap below, which shellcheck does not follow)
 interrupted() {
   echo >&2
@@ -1021,12 +1279,21 @@ interrupted() {
     wait "$running_pid" 2>/dev/null || true
   fi
   record_step interrupted "the check was interrupted" "" "FAIL: interrupted" "" "0.0"
+  [[ "$build_facts_collected" == yes ]] || collect_build_facts
   write_report
   echo "report (incomplete): $(command_text "$report")" >&2
   exit 130
 }
 
 main() {
+  if [[ "$list_steps" == yes ]]; then
+    configure_and_build
+    run_test_suite
+    run_chapters
+    run_torch_twins
+    run_benchmarks
+    exit 0
+  fi
   rm -rf -- "$logs_dir"
   mkdir -p -- "$logs_dir"
   if [[ "$mode" == gpu ]]; then
@@ -1038,9 +1305,11 @@ main() {
   trap interrupted INT TERM
   collect_machine_facts
   configure_and_build
+  collect_build_facts
   if [[ "$build_ok" == yes ]]; then
     run_test_suite
     run_chapters
+    run_torch_twins
     run_benchmarks
   fi
   write_report

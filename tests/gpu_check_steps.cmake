@@ -1,0 +1,40 @@
+# tools/README.md's table of the check's steps ("### Every step, in order": one row per step,
+# its name in the first column) names the steps tools/gpu_check.sh runs, in the same order:
+#   cmake -DSCRIPT=<gpu_check.sh> -DREADME=<tools/README.md> -P gpu_check_steps.cmake
+execute_process(COMMAND ${SCRIPT} --list-steps RESULT_VARIABLE status OUTPUT_VARIABLE listed ERROR_VARIABLE err)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "`${SCRIPT} --list-steps` failed (exit status ${status}):\n${listed}${err}")
+endif()
+string(STRIP "${listed}" listed)
+string(REPLACE "\n" ";" listed "${listed}")
+
+file(STRINGS "${README}" lines)
+set(in_table FALSE)
+set(documented "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^#")
+    if(in_table)
+      break()
+    endif()
+    if(line STREQUAL "### Every step, in order")
+      set(in_table TRUE)
+    endif()
+  elseif(in_table AND line MATCHES "^\\| `([a-z0-9_]+)` \\|")
+    list(APPEND documented "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+if(NOT documented)
+  message(FATAL_ERROR "${README}: no table of steps under '### Every step, in order'")
+endif()
+
+if(NOT documented STREQUAL listed)
+  set(missing ${listed})
+  list(REMOVE_ITEM missing ${documented})
+  set(extra ${documented})
+  list(REMOVE_ITEM extra ${listed})
+  string(REPLACE ";" " " listed_text "${listed}")
+  string(REPLACE ";" " " documented_text "${documented}")
+  message(FATAL_ERROR "${README}'s step table and `gpu_check.sh --list-steps` differ.\n"
+                      "not in the table: ${missing}\nnot run by the script: ${extra}\n"
+                      "(if neither, the order differs)\nthe script: ${listed_text}\nthe table:  ${documented_text}")
+endif()
