@@ -172,8 +172,9 @@ std::string usage(const ChapterInfo& c, const std::string& own_usage) {
   u += "  --warmup-epochs N raise the rate linearly to --lr over the first N epochs (default 0: none)\n";
   u += "  --seed N          seed for the initial weights and the shuffling (default 42)\n";
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
-  u += "  --progress P      auto, on or off: the live progress line while an epoch runs (default auto:\n"
-       "                    only on a terminal, never under mpirun or srun, whose logs it would fill)\n";
+  u += "  --progress P      auto, on or off: how an epoch shows its progress (default auto: a live\n"
+       "                    line on a terminal; in a log, mpirun's or srun's too, a plain line now and then)\n";
+  u += "  --print-every N   in a log, a progress line every N batches (default 0: about every 10 s)\n";
   if (c.max_devices > 1 && c.eval_flag)
     u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
   u += "  --help, -h        this text\n";
@@ -194,6 +195,7 @@ FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
       {"--batch-size", integer_flag(o.batch_size, 1)},
       {"--devices", integer_flag(o.devices, 1)},
       {"--limit-train", integer_flag(o.limit_train, 0)},
+      {"--print-every", integer_flag(o.print_every, 0)},
       {"--warmup-epochs", integer_flag(o.warmup_epochs, 0)},
       {"--seed", integer_flag(o.seed, 0, std::numeric_limits<long long>::max())},
       {"--lr", positive_real_flag(o.lr)},

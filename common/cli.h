@@ -1,6 +1,6 @@
 // The command line every chapter shares:
 //   --epochs N  --batch-size N  --lr X  --devices K  --data-dir DIR  --limit-train N
-//   --seed N  --out DIR  --progress auto|on|off  --warmup-epochs N  --help
+//   --seed N  --out DIR  --progress auto|on|off  --print-every N  --warmup-epochs N  --help
 // Defaults are d2l's (10 epochs, batch 256, lr 0.2). A bad value or an unknown flag
 // prints the reason and the usage, and exits with status 2.
 //
@@ -73,9 +73,11 @@ struct Options {
   std::uint64_t seed = 42;
   std::string out = "results";
   bool eval_all_devices = true;  // --eval all|device0 (chapters with several devices)
-  // --progress: the live line that redraws itself while an epoch runs. Auto: only when stdout
-  // is a real terminal and no MPI launcher started the program (see TrainingLog::progress).
+  // --progress: how an epoch shows its progress while it runs (see TrainingLog::progress). Auto:
+  // a live line that redraws itself on a real terminal; where the output is a log (a file, a
+  // pipe, mpirun's or a scheduler's), a plain line now and then. On: the live line. Off: neither.
   enum class Progress { Auto, On, Off } progress = Progress::Auto;
+  int print_every = 0;  // --print-every N: in a log, a line every N batches; 0: about every 10 s
 };
 
 // The rate of step `step` (0-based) of epoch `epoch`, with `steps_per_epoch` steps an epoch.

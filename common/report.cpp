@@ -3,8 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -67,27 +69,63 @@ TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& op
 
 namespace {
 
-// Whether the live progress line is drawn. "auto" draws it only on a real terminal, and never
-// under an MPI launcher: mpirun gives every rank a pseudo-terminal as its stdout even when the
-// run's output goes to a file, and a log would fill with carriage returns and erase codes.
-bool show_progress(Options::Progress p) {
-  if (p != Options::Progress::Auto) return p == Options::Progress::On;
-  static const bool shown = isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
-                            !std::getenv("PMI_RANK") && !std::getenv("PMIX_RANK") && !std::getenv("SLURM_PROCID");
-  return shown;
+// How progress is shown: a live line redrawn on a terminal, plain lines in a log, or nothing.
+// "auto" draws the live line only on a real terminal, and never under an MPI launcher or SLURM:
+// mpirun gives every rank a pseudo-terminal as its stdout even when the run's output goes to a
+// file, and a log would fill with carriage returns and erase codes.
+enum class ProgressStyle { Live, Lines, Off };
+ProgressStyle progress_style(Options::Progress p) {
+  if (p != Options::Progress::Auto) return p == Options::Progress::On ? ProgressStyle::Live : ProgressStyle::Off;
+  static const bool terminal = isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
+                               !std::getenv("PMI_RANK") && !std::getenv("PMIX_RANK") && !std::getenv("SLURM_PROCID");
+  return terminal ? ProgressStyle::Live : ProgressStyle::Lines;
 }
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
-void TrainingLog::progress(int epoch, int batch, int batches) const {
-  if (!show_progress(options_.progress)) return;  // logs and pipes get the epoch lines only
-  std::printf("\r  epoch %d/%d  batch %d/%d ", epoch, options_.epochs, batch, batches);
+void TrainingLog::progress(int epoch, int batch, int batches) {
+  const ProgressStyle style = progress_style(options_.progress);
+  if (style == ProgressStyle::Off) return;
+  const double now = now_s();
+  const bool first = epoch != progress_epoch_;  // the epoch's first report: its clock starts
+  if (first) {
+    progress_epoch_ = epoch;
+    last_shown_s_ = now;
+  }
+  // A live line is drawn at once and redrawn at most 5 times a second; a plain line every
+  // --print-every batches, or about every 10 s.
+  const bool last = batch + 1 == batches;
+  const bool due = style == ProgressStyle::Live ? first || now - last_shown_s_ >= 0.2 || last
+                   : options_.print_every > 0   ? (batch + 1) % options_.print_every == 0
+                                                : now - last_shown_s_ >= 10;
+  if (!due) return;
+  last_shown_s_ = now;
+  // "batch k": k batches queued. The rate is the last epoch's, measured with the devices
+  // synchronized (none in the first). The host's own clock would not do: a batch's call returns
+  // once its work is queued, and the host runs ahead of the devices by as many batches as their
+  // queues hold (on a GPU, most of a LeNet epoch).
+  char line[192];
+  int n = std::snprintf(line, sizeof line, "  epoch %d/%d  batch %d/%d", epoch, options_.epochs, batch + 1, batches);
+  if (!records_.empty() && records_.back().seconds > 0) {
+    const double epoch_s = records_.back().seconds;
+    std::snprintf(line + n, sizeof line - n, "  %.0f images/s (last epoch)  ETA %.1f s", train_examples_ / epoch_s,
+                  epoch_s * (batches - 1 - batch) / batches);
+  }
+  if (style == ProgressStyle::Live) {
+    std::printf("\r\33[2K%s", line);  // back to the line's start, erase it, draw it anew
+    line_drawn_ = true;
+  } else {
+    std::printf("%s\n", line);
+  }
   std::fflush(stdout);
 }
 
 void TrainingLog::end_epoch(const EpochRecord& r) {
   records_.push_back(r);
-  const char* erase_progress_line = show_progress(options_.progress) ? "\r\33[2K" : "";
+  const char* erase_progress_line = line_drawn_ ? "\r\33[2K" : "";
+  line_drawn_ = false;
   std::printf("%sepoch %2d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  sec %.2f\n", erase_progress_line, r.epoch,
               options_.epochs, r.train_loss, r.train_acc, r.test_acc, r.seconds);
   std::fflush(stdout);

@@ -1,5 +1,9 @@
 // What a training run shows and leaves behind:
-//   - a live progress line while an epoch runs (only on a terminal),
+//   - while an epoch runs, its progress: on a terminal a live line that redraws itself
+//       epoch 3/10  batch 120/235  5123 images/s (last epoch)  ETA 2.3 s
+//     and in a log (a file, a pipe, mpirun's or a scheduler's) the same as a plain line about
+//     every 10 s, or every --print-every N batches (the rate is the last epoch's: none in the
+//     first),
 //   - one line per epoch:  epoch  3/10  loss 0.5123  train_acc 0.8012  test_acc 0.7950  sec 3.91
 //   - results/<run>.csv, one row per epoch, and results/<run>.png (gnuplot, when installed),
 //   - the final machine-readable line:
@@ -42,8 +46,10 @@ class TrainingLog {
   // Checks at once that options.out can be written (prepare_output_folder).
   TrainingLog(std::string chapter, std::string run, const Options& options, int devices, int train_examples);
 
-  // Rewrites one terminal line, where options.progress says to (--progress auto|on|off).
-  void progress(int epoch, int batch, int batches) const;
+  // Batch `batch` (0-based) of `batches` of epoch `epoch` (1-based) is done: shows the progress
+  // as options.progress and options.print_every say. Call it after every batch; it prints
+  // only now and then, and costs a clock reading otherwise.
+  void progress(int epoch, int batch, int batches);
   // Prints the epoch line. A training loss that is not finite (the run diverged: lower --lr)
   // throws mgpu::Error after the line is printed: nothing after it would mean anything.
   void end_epoch(const EpochRecord& record);
@@ -63,6 +69,10 @@ class TrainingLog {
   int devices_, train_examples_;
   std::vector<EpochRecord> records_;
   std::size_t timed_from() const;  // the first record seconds_per_epoch() counts
+  // The progress of the epoch running: which epoch, and when its progress was last shown.
+  int progress_epoch_ = 0;
+  double last_shown_s_ = 0;
+  bool line_drawn_ = false;  // a live line is on the terminal, to be erased before the next line
 };
 
 // Plots test accuracy and seconds per epoch of one or more runs (label, csv path) into

@@ -80,7 +80,7 @@ TEST_CASE("to_text and from_text: the settings travel as key=value lines and com
 // The class, not the cases: an option added to the chapter must be compared across ranks or
 // be named here as one a rank may have to itself (see settings_to_agree_on in options.cpp).
 TEST_CASE("settings_to_agree_on: every option of the usage is compared, or listed as per-rank") {
-  const std::set<std::string> per_rank{"--data-dir", "--out", "--progress", "--devices", "--help"};
+  const std::set<std::string> per_rank{"--data-dir", "--out", "--progress", "--print-every", "--devices", "--help"};
   const Settings s = mp::settings_to_agree_on(parsed({}));
   std::set<std::string> compared;
   for (const mp::Setting& x : s) compared.insert(x.key);
@@ -130,7 +130,7 @@ TEST_CASE("settings_to_agree_on: each compared option shows in its value, the pe
   const Settings plain = mp::settings_to_agree_on(parsed({}));
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--data-dir", "/elsewhere"}, {"--out", "/tmp/mine"}, {"--progress", "on"},
-        {"--devices", "2"}}) {
+        {"--print-every", "5"}, {"--devices", "2"}}) {
     CAPTURE(args[0]);
     CHECK(mp::settings_to_agree_on(parsed(args)) == plain);
   }

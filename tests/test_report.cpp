@@ -243,7 +243,7 @@ std::string stdout_of(F f) {
   return text;
 }
 
-TEST_CASE("--progress: on draws the live line and erases it; off (and auto in a log) writes plain lines") {
+TEST_CASE("--progress: on draws a live line and erases it; off draws nothing; auto, in a log, plain lines") {
   const fs::path out = fresh_folder("progress");
   mgpu::Options o;
   o.out = out.string();
@@ -255,12 +255,33 @@ TEST_CASE("--progress: on draws the live line and erases it; off (and auto in a 
       log.progress(1, 16, 40);
       log.end_epoch({1, 2.3, 0.1, 0.1, 1.0});
     });
-    const bool codes = text.find('\r') != std::string::npos || text.find('\33') != std::string::npos;
-    // Under ctest stdout is not a terminal, so auto must behave as off.
-    CHECK(codes == (p == mgpu::Options::Progress::On));
     CAPTURE(text);
+    const bool codes = text.find('\r') != std::string::npos || text.find('\33') != std::string::npos;
+    // Under ctest stdout is not a terminal: auto writes plain lines, and none this soon.
+    CHECK(codes == (p == mgpu::Options::Progress::On));
+    CHECK((text.find("epoch 1/10  batch 17/40") != std::string::npos) == (p == mgpu::Options::Progress::On));
     CHECK(text.find("epoch  1/10  loss 2.3000") != std::string::npos);
   }
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("--print-every N: in a log, a plain line every N batches, with the last epoch's rate and the time left") {
+  const fs::path out = fresh_folder("print_every");
+  mgpu::Options o;
+  o.out = out.string();
+  o.print_every = 4;
+  mgpu::TrainingLog log("01_lenet", "print_every", o, 1, 1000);
+  const std::string text = stdout_of([&] {
+    for (int b = 0; b < 8; ++b) log.progress(1, b, 8);
+    log.end_epoch({1, 2.3, 0.1, 0.1, 2.0});  // 1,000 images in 2 s: 500 images/s
+    for (int b = 0; b < 8; ++b) log.progress(2, b, 8);
+  });
+  CAPTURE(text);
+  CHECK(text.find('\r') == std::string::npos);  // a log gets no terminal codes
+  CHECK(text.find("  epoch 1/10  batch 4/8\n  epoch 1/10  batch 8/8\nepoch  1/10  loss") != std::string::npos);
+  CHECK(text.find("  epoch 2/10  batch 4/8  500 images/s (last epoch)  ETA 1.0 s\n") != std::string::npos);
+  CHECK(text.find("  epoch 2/10  batch 8/8  500 images/s (last epoch)  ETA 0.0 s\n") != std::string::npos);
+  CHECK(text.find("batch 3/8") == std::string::npos);
   fs::remove_all(out.parent_path());
 }
 

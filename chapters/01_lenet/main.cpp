@@ -8,12 +8,12 @@
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "train.h"
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"01_lenet", "d2l's LeNet from raw parameter arrays, trained on one device",
                                   /*default_devices=*/1, /*max_devices=*/1};
   // The shared flags, and this chapter's own: --profile on|off, --graph on|off.

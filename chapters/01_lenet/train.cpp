@@ -84,7 +84,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     for (int b = 0; b < batches.count(); ++b) {
       run_step(order.data() + std::int64_t(b) * o.batch_size, batches.size(b),
                mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+      log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
     const auto [loss_sum, hits] = t.metrics.read();

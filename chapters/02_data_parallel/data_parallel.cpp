@@ -265,7 +265,7 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
       const int n = batches.size(b);
       train_batch(train_data, b * o.batch_size, n, replicas, allreduce,
                   mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+      log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
 

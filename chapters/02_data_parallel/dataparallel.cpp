@@ -188,7 +188,7 @@ DataParallelRun train_dataparallel(const DeviceSet& devices, const mgpu::Fashion
       if (n == o.batch_size) run.bytes_per_full_step = trainer.step_bytes();
       moved += trainer.step_bytes();
       ++steps;
-      if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+      log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
     const auto [loss_sum, hits] = trainer.read_metrics();

@@ -10,13 +10,13 @@
 
 #include "common/cli.h"
 #include "common/device.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "data_parallel.h"
 #include "dataparallel.h"
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"02_data_parallel",
                                   "d2l's data-parallel LeNet: get_params, allreduce, split_batch, train_batch",
                                   /*default_devices=*/2, /*max_devices=*/1024};

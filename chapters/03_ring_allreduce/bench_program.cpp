@@ -14,8 +14,8 @@
 #include "common/backend.h"
 #include "common/check.h"
 #include "common/cli.h"
-#include "common/openmp_waits.h"
 #include "common/memory.h"  // host_memory_available, gpu_memory_available, gib
+#include "common/program.h"
 #include "common/report.h"
 #include "cost_model.h"
 #include "../01_lenet/lenet.h"
@@ -266,7 +266,7 @@ MemoryNeed memory_needed(const Settings& settings, int devices, int gpus) {
 
 int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
                  const Settings& defaults) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const Settings settings = parse_command_line(argc, argv, program, defaults);
   try {
     if (const std::string why = memory_refusal(settings); !why.empty()) {

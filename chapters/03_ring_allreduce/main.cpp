@@ -9,7 +9,7 @@
 
 #include "common/cli.h"
 #include "common/device.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "compare.h"
 #include "ring.h"
 
@@ -40,7 +40,7 @@ void print_ring_timeline(const mgpu::DeviceSet& devices) {
 }
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"03_ring_allreduce",
                                   "data-parallel LeNet with a ring allreduce over one flat gradient bucket",
                                   /*default_devices=*/2, /*max_devices=*/1024};

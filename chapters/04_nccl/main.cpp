@@ -7,7 +7,7 @@
 
 #include "common/backend.h"
 #include "common/cli.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 
 #if MGPU_HAVE_NCCL
 #include <memory>
@@ -48,7 +48,7 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
 #endif
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"04_nccl", "data-parallel LeNet with NCCL's allreduce, one process, one rank per GPU",
                                   /*default_devices=*/2, /*max_devices=*/1024};
   const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);

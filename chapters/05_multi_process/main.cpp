@@ -13,7 +13,7 @@
 
 #include "collective.h"
 #include "common/fashion_mnist.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "multi_process.h"
 #include "options.h"
@@ -170,7 +170,7 @@ void report(const std::string& rank, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first, before MPI_Init: it may start the program again
+  mgpu::start_program(argv);  // first, before MPI_Init: line-buffered output; it may start the program again
   const mp::MpiSession mpi(argc, argv);  // outside the try: MPI must outlive the abort below
   std::string rank = "?";                // known once MPI has said who this process is
   try {

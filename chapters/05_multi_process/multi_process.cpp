@@ -278,7 +278,7 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
     for (int step = 0; step < sampler.steps(); ++step) {
       inject_fault_if_due(c.fault, w, long(epoch) * sampler.steps() + step);
       train_step(s, sampler, step, allreduce, mgpu::learning_rate_at(o, epoch, step, sampler.steps()), c.overlap);
-      if (log && step % 16 == 0) log->progress(epoch + 1, step, sampler.steps());
+      if (log) log->progress(epoch + 1, step, sampler.steps());
     }
     allreduce.synchronize(d);
     // The slowest rank's time: the others waited for it in every allreduce.

@@ -8,12 +8,12 @@
 
 #include "common/cli.h"
 #include "common/device.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "training.h"
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"06_mixed_precision",
                                   "data-parallel LeNet in fp32, tf32, bf16 or fp16, with loss scaling and "
                                   "gradient accumulation",

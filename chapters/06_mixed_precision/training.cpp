@@ -275,7 +275,7 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
     for (int b = 0; b < batches.count(); ++b) {
       const float lr = mgpu::learning_rate_at(o, epoch, b, batches.count());
       trainer.step(train_data, b * step_examples, batches.size(b), lr);
-      if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+      log.progress(epoch + 1, b, batches.count());
     }
     const double seconds = timer.stop_seconds();
     const auto [loss_sum, hits] = trainer.read_metrics();

@@ -13,7 +13,7 @@
 #include "common/batches.h"
 #include "common/cli.h"
 #include "common/fashion_mnist.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "common/timer.h"
 #include "../02_data_parallel/data_parallel.h"  // dp::check_batches_fit
@@ -119,7 +119,7 @@ void write_timeline(const std::vector<pp::Span>& spans, int step, const std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"07_model_parallel",
                                   "LeNet split across devices: model parallelism, GPipe and 1F1B pipelines",
                                   /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       pipeline.set_order(batches.order());
       for (int b = 0; b < batches.count(); ++b) {
         pipeline.step(b * o.batch_size, batches.size(b), mgpu::learning_rate_at(o, epoch, b, batches.count()));
-        if (b % 16 == 0) log.progress(epoch + 1, b, batches.count());
+        log.progress(epoch + 1, b, batches.count());
       }
       pipeline.synchronize();
       mgpu::EpochRecord r;

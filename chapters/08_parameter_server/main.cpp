@@ -12,7 +12,7 @@
 
 #include "common/cli.h"
 #include "common/device.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "parameter_server.h"
 #include "train.h"
@@ -177,7 +177,7 @@ void print_summary(const Flags& f, const mgpu::Options& o, const ps::RunResult& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"08_parameter_server",
                                   "a parameter server: synchronous, asynchronous and bounded-staleness SGD",
                                   /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,

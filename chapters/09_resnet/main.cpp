@@ -8,12 +8,12 @@
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
-#include "common/openmp_waits.h"
+#include "common/program.h"
 #include "common/report.h"
 #include "train.h"
 
 int main(int argc, char** argv) {
-  mgpu::use_passive_openmp_waits(argv);  // first: it may start the program again (see its header)
+  mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const mgpu::ChapterInfo chapter{"09_resnet", "d2l's ResNet-18 from scratch, data parallel, BatchNorm per device or synced",
                                   /*default_devices=*/1, /*max_devices=*/1024, /*default_lr=*/0.1f};  // d2l 13.6's 1-GPU recipe
   resnet::ResnetOptions ro;
