@@ -140,7 +140,8 @@ Stream::Stream(int threads, std::uint64_t chaos_salt) : state_(new State), threa
   std::optional<std::uint64_t> chaos = chaos_seed();
   if (chaos) *chaos = *chaos * 0x9E3779B97F4A7C15ull + chaos_salt;  // one seed, a different draw per stream
   try {
-    state_->worker = start_thread("a cpu device's worker thread", [this, chaos] { state_->run_worker(threads_, chaos); });
+    state_->worker =
+        start_thread("a cpu device's worker thread", [this, chaos] { state_->run_worker(threads_, chaos); });
   } catch (...) {
     delete state_;  // the destructor does not run for a constructor that throws
     throw;

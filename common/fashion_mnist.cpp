@@ -217,8 +217,8 @@ ImageHeader read_image_header(GzipReader& images, int rows, int cols) {
   if (h.count == 0) images.fail("holds no images (its header says 0)");
   if (h.rows == 0 || h.cols == 0) images.fail("implausible header: " + shape);
   if ((rows != 0 && h.rows != std::uint32_t(rows)) || (cols != 0 && h.cols != std::uint32_t(cols)))
-    images.fail("Fashion-MNIST images are " + std::to_string(rows) + "x" + std::to_string(cols) + ", this header says " +
-                shape);
+    images.fail("Fashion-MNIST images are " + std::to_string(rows) + "x" + std::to_string(cols) +
+                ", this header says " + shape);
   // Both products fit in 64 bits: rows * cols < 2^64, and then at most 2^30 * count < 2^62.
   const std::uint64_t per_image = std::uint64_t(h.rows) * h.cols;
   if (per_image > kMaxPixelBytes || per_image * h.count > kMaxPixelBytes)

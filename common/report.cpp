@@ -107,7 +107,8 @@ void TrainingLog::progress(int epoch, int batch, int batches) {
   // once its work is queued, and the host runs ahead of the devices by as many batches as their
   // queues hold (on a GPU, most of a LeNet epoch).
   char line[192];
-  int n = std::snprintf(line, sizeof line, "  epoch %d/%d  batch %d/%d", epoch, options_.epochs, batch + 1, batches);
+  const int n =
+      std::snprintf(line, sizeof line, "  epoch %d/%d  batch %d/%d", epoch, options_.epochs, batch + 1, batches);
   if (!records_.empty() && records_.back().seconds > 0) {
     const double epoch_s = records_.back().seconds;
     std::snprintf(line + n, sizeof line - n, "  %.0f images/s (last epoch)  ETA %.1f s", train_examples_ / epoch_s,
