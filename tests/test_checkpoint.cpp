@@ -309,10 +309,11 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
 
   // A flipped bit in the epoch count (bytes 12-15) makes the header promise another size: not a
   // cut file, and the message says so, since the count the size implies makes the CRC-32 match.
-  for (const auto& [bit, says] : {std::pair{0x01, 3}, std::pair{0x02, 0}}) {
+  for (const std::pair<int, int>& flip : {std::pair{0x01, 3}, std::pair{0x02, 0}}) {  // the bit, and what it says
+    const int says = flip.second;
     CAPTURE(says);
     std::string bad = good;
-    bad[12] ^= static_cast<char>(bit);
+    bad[12] ^= static_cast<char>(flip.first);
     write_bytes(path, bad);
     check_refused(path, "corrupt checkpoint: its header says " + std::to_string(says) +
                             " epochs done, but the file holds 2 epochs' records, which its CRC-32 confirms: the "
