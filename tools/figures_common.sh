@@ -82,7 +82,7 @@ stamp() {
     echo "error: $1 was not drawn, though gnuplot is installed (see the output above)" >&2
     exit 1
   fi
-  "$root/tools/machine_stamp.sh" >"${1%.png}.stamp.txt"
+  "$root/tools/machine_stamp.sh" "$build" >"${1%.png}.stamp.txt"
 }
 
 # copy_plot FROM TO: the plot a program drew (FROM) copied to TO, with its stamp; where gnuplot

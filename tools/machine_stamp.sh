@@ -4,7 +4,9 @@
 # that a results file says where its numbers come from. The results scripts write it beside
 # their CSVs as NAME.stamp.txt.
 #
-#   tools/machine_stamp.sh
+#   tools/machine_stamp.sh [BUILD_DIR]
+# With BUILD_DIR, NCCL's version is the one that build's programs load (its bin/nccl_version,
+# where it has one): the loader may take another libnccl than the header's.
 # (The backend of a run is in its result line.)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,12 +24,20 @@ fi
 nvcc=/usr/local/cuda/bin/nvcc
 command -v nvcc >/dev/null && nvcc=$(command -v nvcc)
 [ -x "$nvcc" ] && value cuda "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-for header in /usr/local/cuda/include/nccl.h /usr/include/nccl.h; do
-  if [ -f "$header" ]; then
-    value nccl "$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$header")"
-    break
-  fi
-done
+loaded=""
+if [ -n "${1:-}" ] && [ -x "$1/bin/nccl_version" ]; then
+  loaded=$("$1/bin/nccl_version" 2>/dev/null | awk '$1 == "library" {print $2 " (" $3 ", loaded)"}')
+fi
+if [ -n "$loaded" ]; then
+  value nccl "$loaded"
+else
+  for header in /usr/local/cuda/include/nccl.h /usr/include/nccl.h; do
+    if [ -f "$header" ]; then
+      value nccl "$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$header") (header $header)"
+      break
+    fi
+  done
+fi
 command -v mpirun >/dev/null && value mpi "$(mpirun --version 2>/dev/null | head -n 1)"
 blas=$(dpkg-query -W -f '${Package} ${Version}\n' 'libopenblas0*' 2>/dev/null | awk '$2 != "" {print; exit}')
 value blas "$blas"

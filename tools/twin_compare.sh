@@ -12,7 +12,10 @@
 # repository root). Both programs write a CSV into --out (default results/), the C++ one the file
 # its "wrote ....csv" line names, the twin <PROGRAM>_torch.csv; the picture is
 # <out>/<PROGRAM>_vs_torch.png.
-twin_python=/usr/bin/python3  # Debian's interpreter: that is where python3-torch is installed
+# The twin's interpreter: Debian's by default, which is where python3-torch is installed (a
+# python3 earlier on the PATH, pyenv's say, may have no torch); MGPU_PYTHON names another, such
+# as a virtual environment's with PyTorch for CUDA on a GPU machine.
+twin_python=${MGPU_PYTHON:-/usr/bin/python3}
 
 # twin_flag NAME DEFAULT: the value of --NAME in the extra flags (the last one wins), else DEFAULT.
 twin_flag() {

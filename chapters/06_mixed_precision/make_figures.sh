@@ -133,7 +133,7 @@ precision() {
   run fp16_mean_scaled_k1 --precision fp16 --loss mean --devices 1 "${small[@]}"
   run fp16_mean_unscaled_k1 --precision fp16 --loss mean --loss-scale none --devices 1 "${small[@]}"
   # The table's machine stamp, NAME.stamp.txt beside NAME.md; each plot gets its own when drawn.
-  "$root/tools/machine_stamp.sh" >"$out/precision.stamp.txt"
+  "$root/tools/machine_stamp.sh" "$build" >"$out/precision.stamp.txt"
   {
     echo "| run | devices | training images | loss scaling | gradient bits | final test acc | best test acc | s/epoch | gradient bucket (bytes) | bytes sent / device / step | skipped steps |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -185,7 +185,7 @@ accumulate() {
   run acc_b256_m1 --precision fp32 --devices 2 --batch-size 256 "${small[@]}"
   run acc_b64_m1 --precision fp32 --devices 2 --batch-size 64 "${small[@]}"
   run acc_b64_m4 --precision fp32 --devices 2 --batch-size 64 --accumulate 4 "${small[@]}"
-  "$root/tools/machine_stamp.sh" >"$out/accumulate.stamp.txt"
+  "$root/tools/machine_stamp.sh" "$build" >"$out/accumulate.stamp.txt"
   {
     echo "| run | examples per step | final test acc | s/epoch | bytes sent / device / step | bytes sent / device / example |"
     echo "|---|---|---|---|---|---|"
