@@ -403,8 +403,27 @@ std::string enable_peer_access(const DeviceSet& devices) {
 
 int gpu_count() { return 0; }
 
+namespace {
+
+// A job that SLURM gave GPUs, running a cpu build: configured with `auto` on a machine where no
+// GPU answers (a cluster's login node), the build chose the cpu backend, and the job would train
+// on the CPUs beside its idle GPUs without a word. Refused, saying why and what to build.
+void refuse_if_slurm_gave_gpus() {
+  for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE"}) {
+    const char* value = std::getenv(name);
+    if (value && *value && std::strcmp(value, "0") != 0)
+      throw Error(std::string("this is a cpu build, and SLURM gave this job GPUs (") + name + "=" + value +
+                  "): it would train on the CPUs beside them. Configure a build with -DMGPU_BACKEND=cuda (with "
+                  "the default, auto, a machine where no GPU answers, such as a login node, makes a cpu build) "
+                  "and run that");
+  }
+}
+
+}  // namespace
+
 DeviceSet::DeviceSet(int k, const std::vector<int>&, int cpu_threads) {
   if (k < 1) throw Error("DeviceSet: need at least one device, got " + std::to_string(k));
+  refuse_if_slurm_gave_gpus();
   // The cores are divided among the devices, as evenly as they go; every device gets at least one.
   const int cores = cpu_threads > 0 ? cpu_threads : omp_get_max_threads();
   for (int i = 0; i < k; ++i) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>  // setenv, unsetenv
 #include <functional>
 #include <string>
 #include <vector>
@@ -237,6 +238,28 @@ TEST_CASE("timestamps: when each device's stream passed a mark, on one clock") {
 }
 
 }  // namespace
+
+#if !MGPU_CUDA
+TEST_CASE("a cpu build refuses the GPUs of a SLURM job, naming them; no GPUs, or none given, it runs") {
+  // As a job step with GPUs sees it; each variable alone is enough.
+  for (const char* name : {"SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"}) {
+    CAPTURE(name);
+    setenv(name, "2", 1);
+    std::string error;
+    try {
+      const mgpu::DeviceSet devices(1);
+    } catch (const mgpu::Error& e) {
+      error = e.what();
+    }
+    unsetenv(name);
+    CHECK(error.rfind(std::string("this is a cpu build, and SLURM gave this job GPUs (") + name + "=2): ", 0) == 0);
+    CHECK(error.find("-DMGPU_BACKEND=cuda") != std::string::npos);
+  }
+  setenv("SLURM_GPUS_ON_NODE", "0", 1);  // a job without GPUs: a cpu build is what it wants
+  CHECK_NOTHROW(mgpu::DeviceSet(1));
+  unsetenv("SLURM_GPUS_ON_NODE");
+}
+#endif
 
 #if !MGPU_CUDA
 // The cpu backend's stream itself (common/cpu_stream.h): order, errors, lanes.
