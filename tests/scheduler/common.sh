@@ -3,7 +3,7 @@
 # reference run with mpirun on one machine, and what two launches of the same training must
 # agree on.
 #
-#   <check>.sh --program <05_multi_process> --launch "<mpiexec -n 2 ...>" [--readme <README.md>] -- <args...>
+#   <check>.sh --program <05_multi_process> --launch "<mpiexec -n 2 ...>" [--script <lenet.sbatch>] -- <args...>
 #
 # Exit status: 0 passed, 1 failed, 77 skipped (ctest's SKIP_RETURN_CODE), always with the reason.
 # Skipped where the machine lacks what a check needs, unless MGPU_REQUIRE_SCHEDULER_TESTS=1
@@ -27,14 +27,14 @@ fail() {
   exit 1
 }
 
-program="" launch="" readme=""
+program="" launch="" script=""
 args=()
 parse_command_line() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --program) program=$2; shift 2 ;;
       --launch) launch=$2; shift 2 ;;
-      --readme) readme=$2; shift 2 ;;
+      --script) script=$2; shift 2 ;;
       --) shift; args=("$@"); break ;;
       *) fail "unknown option '$1'" ;;
     esac

@@ -11,11 +11,12 @@
 #     and train exactly as mpirun -np 2 does;
 #   - mpirun inside an allocation (salloc -n 2 mpirun, no -np): the same;
 #   - rank 1 kills itself under srun --kill-on-bad-exit=1: every rank stops, srun fails, soon;
-#   - the README's sbatch script, unchanged, submitted with its #SBATCH settings adapted to
-#     this one node on sbatch's command line (--nodes=1 --ntasks-per-node=2 --gpus-per-node=0
-#     --cpus-per-task=1): the same curve again, and the checkpoint it asks for is written.
+#   - the chapter's sbatch script (chapters/05_multi_process/lenet.sbatch), unchanged, submitted
+#     with its #SBATCH settings adapted to this one node on sbatch's command line (--nodes=1
+#     --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1): it sizes the batch and the rate
+#     from the job's 2 tasks, the same curve again, and the checkpoint it asks for is written.
 #
-#   slurm_check.sh --program <05_multi_process> --launch "<mpiexec -n 2 ...>" --readme <README.md> -- <args...>
+#   slurm_check.sh --program <05_multi_process> --launch "<mpiexec -n 2 ...>" --script <lenet.sbatch> -- <args...>
 #
 # Skipped (status 77, with the reason) where SLURM cannot start here: not installed (apt-get
 # install slurmctld slurmd slurm-client munge), not root, fewer than 2 CPUs, no Open MPI; with
@@ -25,7 +26,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/common.sh"
 parse_command_line "$@"
-[ -f "$readme" ] || fail "--readme '$readme': no such file"
+[ -f "$script" ] || fail "--script '$script': no such file"
 
 PATH=$PATH:/usr/sbin:/sbin  # the daemons live in sbin, which a user's PATH may lack
 [ "$(id -u)" = 0 ] || cannot_run "slurmd must run as root to start job steps, and this is user $(id -un)"
@@ -225,16 +226,13 @@ fi
 grep -q "rank 1: injected fault at step 3" "$work/fault.log" || fail "rank 1 should have said that it kills itself"
 echo "a rank killed: srun stopped every rank and exited with status $status after $took s"
 
-# 10. The README's sbatch script, as the README has it (the ```sh block with
-#    "#SBATCH --job-name=lenet-05"), submitted from a folder where build/bin/05_multi_process is
-#    the program under test. sbatch's own options override the script's #SBATCH lines: one node,
-#    2 tasks of one CPU, no GPU, 2 minutes. The arguments after the script's name reach the
-#    program after the script's own (--batch-size 4096 --lr 3.2 ...), and a later flag wins.
-awk '/^```/ { if (inside && found) { printf "%s", block; exit } inside = !inside; block = ""; next }
-     inside { block = block $0 "\n"; if ($0 ~ /^#SBATCH --job-name=lenet-05/) found = 1 }' \
-  "$readme" >"$work/job/lenet.sbatch"
-[ -s "$work/job/lenet.sbatch" ] || fail "$readme holds no sbatch script (a \`\`\`sh block with #SBATCH --job-name=lenet-05)"
-echo "--- the README's sbatch script:"
+# 10. The chapter's sbatch script, as committed, submitted from a folder where
+#    build/bin/05_multi_process is the program under test. sbatch's own options override the
+#    script's #SBATCH lines: one node, 2 tasks of one CPU, no GPU, 2 minutes. The script sizes
+#    the run from the job (2 ranks: --batch-size 512 --lr 0.4); the arguments after its name reach
+#    the program after its own, and a later flag wins, so the recipe is the one mpirun ran.
+cp "$script" "$work/job/lenet.sbatch"
+echo "--- the sbatch script:"
 cat "$work/job/lenet.sbatch"
 mkdir -p "$work/job/build/bin"
 ln -s "$program" "$work/job/build/bin/05_multi_process"
@@ -250,6 +248,8 @@ if [ "$(world "$work/sbatch.log")" != "$(world "$work/mpirun.log")" ]; then
   fail "in the sbatch job the ranks saw another world than under mpirun"
 fi
 same_curve sbatch
+grep -q "^lenet.sbatch: 2 ranks on 1 node(s): --batch-size 512 --lr 0.4$" "$work/sbatch-job.log" ||
+  fail "the script should have sized 2 ranks as --batch-size 512 --lr 0.4 (its job log above)"
 [ -f "$work/job/lenet.ckpt" ] || fail "the job should have written \$SLURM_SUBMIT_DIR/lenet.ckpt"
 echo "the job wrote its checkpoint to \$SLURM_SUBMIT_DIR/lenet.ckpt"
-echo "passed: srun, mpirun in an allocation and the README's sbatch script train exactly as mpirun does"
+echo "passed: srun, mpirun in an allocation and the chapter's sbatch script train exactly as mpirun does"
