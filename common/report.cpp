@@ -3,10 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +16,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "timer.h"  // steady_seconds
 
 namespace mgpu {
 namespace fs = std::filesystem;
@@ -81,14 +80,12 @@ ProgressStyle progress_style(Options::Progress p) {
   return terminal ? ProgressStyle::Live : ProgressStyle::Lines;
 }
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 }  // namespace
 
 void TrainingLog::progress(int epoch, int batch, int batches) {
   const ProgressStyle style = progress_style(options_.progress);
   if (style == ProgressStyle::Off) return;
-  const double now = now_s();
+  const double now = steady_seconds();
   const bool first = epoch != progress_epoch_;  // the epoch's first report: its clock starts
   if (first) {
     progress_epoch_ = epoch;

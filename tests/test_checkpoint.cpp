@@ -10,7 +10,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,7 @@
 #include "chapters/05_multi_process/checkpoint.h"
 #include "common/check.h"
 #include "common/random.h"
+#include "resource_limits.h"  // ScopedLimit, FileSizeLimit, address_space_now
 
 namespace {
 
@@ -161,33 +161,16 @@ TEST_CASE("a checkpoint that cannot be written names the file") {
   CHECK_THROWS_WITH_AS(mp::write_checkpoint(path, sample(1)), doctest::Contains(says.c_str()), mgpu::Error);
 }
 
-// A resource limit of this process, set for the scope of one check and restored after it.
-struct ScopedLimit {
-  int resource;
-  rlimit saved{};
-  ScopedLimit(int r, rlim_t soft) : resource(r) {
-    getrlimit(resource, &saved);
-    rlimit lowered = saved;
-    lowered.rlim_cur = std::min(soft, saved.rlim_max);
-    REQUIRE(setrlimit(resource, &lowered) == 0);
-  }
-  ~ScopedLimit() { setrlimit(resource, &saved); }
-  ScopedLimit(const ScopedLimit&) = delete;
-  ScopedLimit& operator=(const ScopedLimit&) = delete;
-};
-
 TEST_CASE("a write that fails leaves no FILE.tmp behind, and the previous checkpoint as it was") {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
   mp::write_checkpoint(path, sample(1));
   {
     // Files of this process may grow to 100 bytes: the write of the next checkpoint fails half
-    // way (EFBIG; the signal that would otherwise end the process is ignored meanwhile).
-    const auto previous = std::signal(SIGXFSZ, SIG_IGN);
-    const ScopedLimit small_files(RLIMIT_FSIZE, 100);
+    // way (EFBIG).
+    const testing::FileSizeLimit small_files(100);
     CHECK_THROWS_WITH_AS(mp::write_checkpoint(path, sample(2)),
                          doctest::Contains((path + ".tmp: cannot write the checkpoint").c_str()), mgpu::Error);
-    std::signal(SIGXFSZ, previous);
   }
   CHECK_FALSE(fs::exists(path + ".tmp"));
   CHECK(mp::read_checkpoint(path, kParams).epochs_done == 1);
@@ -330,14 +313,6 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
                        doctest::Contains("holds 1000 parameters, this model has 129068"), mgpu::Error);
 }
 
-// The address space this process uses now, in bytes (for a cap relative to it).
-rlim_t address_space_now() {
-  std::ifstream statm("/proc/self/statm");
-  rlim_t pages = 0;
-  statm >> pages;
-  return pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
-}
-
 // Sanitizers map shadow memory as a program allocates, and do not work under a capped address
 // space: built with one, the caps below are left out (the checks still run, unguarded).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -353,9 +328,9 @@ constexpr bool kSanitized = false;
 #endif
 
 // At most `headroom` bytes more address space than now, for the scope of one check.
-std::optional<ScopedLimit> memory_headroom(rlim_t headroom) {
+std::optional<testing::ScopedLimit> memory_headroom(rlim_t headroom) {
   if (kSanitized) return std::nullopt;
-  return std::optional<ScopedLimit>(std::in_place, RLIMIT_AS, address_space_now() + headroom);
+  return std::optional<testing::ScopedLimit>(std::in_place, RLIMIT_AS, testing::address_space_now() + headroom);
 }
 
 TEST_CASE("only a regular file is read: a folder, /dev/null, /dev/zero and a FIFO are refused, and none hangs") {

@@ -1,12 +1,11 @@
 // How much memory a run may still allocate (common/memory.h), and the refusal that names it.
 #include <doctest/doctest.h>
-#include <sys/resource.h>
 
-#include <fstream>
 #include <string>
 
 #include "common/device.h"
 #include "common/memory.h"
+#include "resource_limits.h"  // ScopedLimit, address_space_now
 
 namespace {
 
@@ -19,18 +18,13 @@ TEST_CASE("host memory: MemAvailable, or less where ulimit -v leaves this proces
          free.source == "the address space ulimit -v leaves this process"));
 
   // Lower the address space to 64 MiB more than is mapped now: that is what is left.
-  std::size_t mapped = 0;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmSize:", 0) == 0) mapped = std::stoull(line.substr(7)) * 1024;
+  const rlim_t mapped = testing::address_space_now();
   REQUIRE(mapped > 0);
-  rlimit saved{};
-  REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
-  rlimit tight = saved;
-  tight.rlim_cur = mapped + (std::size_t(64) << 20);
-  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
-  const mgpu::MemoryAvailable limited = mgpu::host_memory_available();
-  REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
+  mgpu::MemoryAvailable limited;
+  {
+    const testing::ScopedLimit tight(RLIMIT_AS, mapped + (rlim_t(64) << 20));
+    limited = mgpu::host_memory_available();
+  }
   CHECK(limited.source == "the address space ulimit -v leaves this process");
   CHECK(limited.bytes <= (std::size_t(64) << 20));
   CHECK(limited.bytes > (std::size_t(32) << 20));  // the probe itself maps little

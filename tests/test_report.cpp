@@ -2,11 +2,9 @@
 // drawn by gnuplot, a separate program: no path the user typed may reach a shell or a gnuplot
 // script, whatever characters it holds.
 #include <doctest/doctest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/report.h"
+#include "resource_limits.h"  // FileSizeLimit
 
 namespace {
 
@@ -137,29 +136,6 @@ int temporaries_in(const fs::path& folder) {
   return n;
 }
 
-// Runs `f` as if the disk filled up after `bytes` bytes of any one file: the kernel refuses to
-// let a file grow past RLIMIT_FSIZE (a write then fails with EFBIG, as on a full disk with
-// ENOSPC), and this works as root, where permissions would not. SIGXFSZ, which would end the
-// process, is ignored meanwhile.
-template <class F>
-void with_files_limited_to(rlim_t bytes, F f) {
-  rlimit saved{};
-  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
-  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit limited = saved;
-  limited.rlim_cur = bytes;
-  REQUIRE(setrlimit(RLIMIT_FSIZE, &limited) == 0);
-  try {
-    f();
-  } catch (...) {
-    setrlimit(RLIMIT_FSIZE, &saved);
-    std::signal(SIGXFSZ, old_handler);
-    throw;
-  }
-  setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, old_handler);
-}
-
 TEST_CASE("write_whole_file: the whole new file or the old one, never a part, and no temporary left") {
   const fs::path folder = fresh_folder("whole");
   const fs::path csv = folder / "run.csv";
@@ -172,9 +148,10 @@ TEST_CASE("write_whole_file: the whole new file or the old one, never a part, an
   // A disk that fills up part-way: refused, naming the file, and the earlier file is intact.
   const std::string big(1 << 20, 'x');
   const std::string refusal = csv.string() + ": cannot be written (writing ";
-  with_files_limited_to(4096, [&] {
+  {
+    const testing::FileSizeLimit disk_fills(4096);  // as a full disk, after 4 KiB of any one file
     CHECK_THROWS_WITH_AS(mgpu::write_whole_file(csv.string(), big), doctest::Contains(refusal.c_str()), mgpu::Error);
-  });
+  }
   CHECK(read_file(csv) == "new\n");
   CHECK(temporaries_in(folder) == 0);
 
@@ -200,9 +177,10 @@ TEST_CASE("a run's CSV that cannot be written is an error, and the earlier run's
   o.out = out.string();
   mgpu::TrainingLog log("01_lenet", "report_test", o, 1, 1000);
   for (int e = 1; e <= o.epochs; ++e) log.end_epoch({e, 0.5, 0.8, 0.8, 1.0});  // a CSV of ~10 KB
-  with_files_limited_to(2048, [&] {
+  {
+    const testing::FileSizeLimit disk_fills(2048);
     CHECK_THROWS_WITH_AS(log.finish(), doctest::Contains("report_test.csv: cannot be written"), mgpu::Error);
-  });
+  }
   CHECK(read_file(out / "report_test.csv") == earlier);
   CHECK(temporaries_in(out) == 0);
   fs::remove_all(out.parent_path());

@@ -3,11 +3,9 @@
 // may map (RLIMIT_AS, what `ulimit -v` sets; root is held to it too) is lowered for a moment to
 // a little more than it maps already, so a new thread's 8 MiB stack cannot be mapped.
 #include <doctest/doctest.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,17 +13,9 @@
 #include "common/check.h"
 #include "common/device.h"
 #include "common/threads.h"
+#include "resource_limits.h"  // ScopedLimit, address_space_now
 
 namespace {
-
-// The bytes of address space this process maps now (VmSize in /proc/self/status).
-rlim_t mapped_now() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmSize:", 0) == 0) return rlim_t(std::stoull(line.substr(7))) * 1024;  // "VmSize:  123 kB"
-  FAIL("no VmSize in /proc/self/status");
-  return 0;
-}
 
 // Runs f() while the process may map only 2 MiB more than it does: less than one thread stack.
 // glibc keeps the stacks of finished threads (up to 40 MiB of them) and gives them to new
@@ -38,13 +28,10 @@ void with_no_room_for_a_thread(F f) {
     parked.emplace_back([&] {
       while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
-  rlimit saved{};
-  REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
-  rlimit tight = saved;
-  tight.rlim_cur = mapped_now() + (rlim_t(2) << 20);
-  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
-  f();
-  REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
+  {
+    const testing::ScopedLimit no_room(RLIMIT_AS, testing::address_space_now() + (rlim_t(2) << 20));
+    f();
+  }
   release = true;
   for (std::thread& t : parked) t.join();
 }

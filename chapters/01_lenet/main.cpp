@@ -1,10 +1,10 @@
 // Chapter 01: LeNet from raw parameter arrays, trained on one device.
 //   build/bin/01_lenet [--epochs 10] [--batch-size 256] [--lr 0.2] ...   (--help for all)
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "common/batches.h"  // largest_batch
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
       const lenet::StepProfile p = lenet::profile_step(devices[0], data, o);
       std::printf("\none training step of %d images, kernel by kernel (%s):\n%s"
                   "the same step without the profile's timers: %.1f us\n\n",
-                  std::min(o.batch_size, data.train.count), mgpu::kBackendName, mgpu::format_profile(p.kernels).c_str(),
+                  mgpu::largest_batch(o.batch_size, data.train.count), mgpu::kBackendName, mgpu::format_profile(p.kernels).c_str(),
                   p.wall_seconds * 1e6);
     }
     mgpu::TrainingLog log(chapter.name, chapter.name, o, devices.size(), data.train.count);

@@ -101,7 +101,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
 }
 
 StepProfile profile_step(const mgpu::Device& d, const mgpu::FashionMnist& data, const mgpu::Options& o) {
-  const int n = std::min(o.batch_size, data.train.count);
+  const int n = mgpu::largest_batch(o.batch_size, data.train.count);
   Trainer t(d, data.train, o.seed, n);
   std::vector<int> first(n);
   std::iota(first.begin(), first.end(), 0);  // the batch: examples 0 .. n-1

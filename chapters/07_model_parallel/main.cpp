@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
     if (c.profile_steps > 0) {
       // The bubble: a few more steps of the last epoch's order, each device's spans timed.
       std::vector<pp::Span> spans;
-      const int n = std::min(o.batch_size, data.train.count);
+      const int n = mgpu::largest_batch(o.batch_size, data.train.count);
       pipeline.step(0, n, o.lr);  // warm-up, untimed
       for (int i = 0; i < c.profile_steps; ++i) pipeline.step(0, n, o.lr, &spans);
       const int m = std::min(c.micro_batches, n / R);

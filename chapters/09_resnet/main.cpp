@@ -1,10 +1,10 @@
 // Chapter 09: d2l's ResNet-18 (section 13.6) from a small layer library, data parallel on k
 // devices, with BatchNorm per device (d2l's DataParallel) or synchronized (SyncBN).
 //   build/bin/09_resnet [--width 64] [--devices 1] [--bn device|sync] [--batch-size 256] [--lr 0.1] ...
-#include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "common/batches.h"  // largest_batch
 #include "common/cli.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       const resnet::StepProfile p = resnet::profile_step(devices, data, o, ro);
       std::printf("\none training step of %d images on %d device(s), device 0's kernels (%s):\n%s"
                   "the same step without the profile's timers: %.1f ms\n\n",
-                  std::min(o.batch_size, data.train.count), o.devices, mgpu::kBackendName,
+                  mgpu::largest_batch(o.batch_size, data.train.count), o.devices, mgpu::kBackendName,
                   mgpu::format_profile(p.kernels).c_str(), p.wall_seconds * 1e3);
     }
     if (!ro.dump_step.empty()) {

@@ -297,7 +297,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
 
 StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                          const ResnetOptions& ro) {
-  const int k = devices.size(), n = std::min(o.batch_size, data.train.count);
+  const int k = devices.size(), n = mgpu::largest_batch(o.batch_size, data.train.count);
   dp::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
