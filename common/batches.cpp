@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "check.h"  // Error
 #include "random.h"
 
 namespace mgpu {
@@ -28,6 +29,28 @@ int ShuffledBatches::size(int batch) const {
 
 const int* ShuffledBatches::indices(int batch) const {
   return order_.data() + static_cast<std::size_t>(batch) * batch_size_;
+}
+
+std::vector<int> shard_sizes(int n, int k) {
+  if (k < 1) throw Error("shard_sizes: need at least one device, got " + std::to_string(k));
+  if (n < k)
+    throw Error("a batch of " + std::to_string(n) + " examples cannot be split across " + std::to_string(k) +
+                " devices: every device needs at least one example");
+  std::vector<int> sizes(k, n / k);
+  for (int i = 0; i < n % k; ++i) ++sizes[i];
+  return sizes;
+}
+
+void check_batches_fit(int train_examples, int batch_size, int k) {
+  const int smallest = train_examples % batch_size ? train_examples % batch_size : batch_size;
+  if (train_examples < k)
+    throw Error("only " + std::to_string(train_examples) + " training images for " + std::to_string(k) +
+                " devices: every device needs at least one example of every batch (raise --limit-train)");
+  if (smallest < k)
+    throw Error(std::to_string(train_examples) + " training images in batches of " + std::to_string(batch_size) +
+                " leave a last batch of " + std::to_string(smallest) + " example(s) in every epoch, fewer than the " +
+                std::to_string(k) + " devices: every device needs at least one example of every batch (change "
+                "--limit-train or --batch-size)");
 }
 
 }  // namespace mgpu

@@ -74,14 +74,16 @@ inline void check_allreduce_sums(int k, std::size_t n, std::uint64_t seed, const
 }
 
 // `steps` steps of `batch` examples, taken in turn from `set`, on every device of `devices`,
-// from init_params(7, 0.1), gradients summed by `allreduce`: every replica's final parameters.
-inline std::vector<lenet::HostParams> train_steps(const mgpu::DeviceSet& devices, dp::GradientAllreduce& allreduce,
-                                                  const mgpu::LabeledImages& set, int batch, int steps, float lr) {
+// from init_params(7, 0.1), gradients (stored as `layout` says) summed by `allreduce`: every
+// replica's final parameters.
+inline std::vector<lenet::HostParams> train_steps(const mgpu::DeviceSet& devices, mgpu::Collective& allreduce,
+                                                  lenet::Layout layout, const mgpu::LabeledImages& set, int batch,
+                                                  int steps, float lr) {
   const int k = devices.size();
   std::vector<dp::Replica> replicas;
   replicas.reserve(k);
   for (int i = 0; i < k; ++i)
-    replicas.emplace_back(devices[i], lenet::init_params(7, 0.1f), dp::shard_sizes(batch, k)[0], allreduce.layout());
+    replicas.emplace_back(devices[i], lenet::init_params(7, 0.1f), mgpu::shard_sizes(batch, k)[0], layout);
   std::vector<dp::DeviceData> data = dp::put_on_every_device(devices, set);  // order: 0, 1, 2, ...
   for (int s = 0; s < steps; ++s) dp::train_batch(data, s * batch, batch, replicas, allreduce, lr);
   std::vector<lenet::HostParams> out;

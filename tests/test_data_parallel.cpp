@@ -25,7 +25,7 @@ constexpr int kPixels = 28 * 28;
 // Every element of every device's buffer must equal the sum over devices.
 void check_allreduce(int k, std::size_t n) {
   testing::check_allreduce_sums(k, n, 100 + k * 7 + n, [n](const mgpu::DeviceSet& devices) -> testing::AllreduceRun {
-    auto allreduce = std::make_shared<dp::Allreduce>(devices, lenet::Layout::PerTensor, n);
+    auto allreduce = std::make_shared<dp::Allreduce>(devices, n);
     return [allreduce](const std::vector<float*>& data, mgpu::Elements count) { allreduce->run(data, count); };
   });
 }
@@ -33,8 +33,8 @@ void check_allreduce(int k, std::size_t n) {
 // `steps` steps of batch `batch` on k devices with chapter 02's allreduce.
 std::vector<lenet::HostParams> train_steps(int k, const mgpu::LabeledImages& set, int batch, int steps, float lr) {
   mgpu::DeviceSet devices(k);
-  dp::Allreduce allreduce(devices);
-  return testing::train_steps(devices, allreduce, set, batch, steps, lr);
+  dp::Allreduce allreduce(devices, dp::largest_gradient_sum(lenet::Layout::PerTensor));
+  return testing::train_steps(devices, allreduce, lenet::Layout::PerTensor, set, batch, steps, lr);
 }
 
 }  // namespace
@@ -74,8 +74,8 @@ TEST_CASE("allreduce of LeNet's eight gradient tensors (the real sizes)") {
       for (const lenet::ParamInfo& p : lenet::kParams) host[i].push_back(random_floats(p.count, rng));
       replicas[i].grads.upload(host[i]);
     }
-    dp::Allreduce allreduce(devices);
-    allreduce.run(replicas);
+    dp::Allreduce allreduce(devices, dp::largest_gradient_sum(lenet::Layout::PerTensor));
+    dp::allreduce_gradients(replicas, allreduce);  // tensor by tensor: the replicas store them PerTensor
     for (int i = 0; i < k; ++i)
       for (int t = 0; t < lenet::kParamTensors; ++t) {
         CAPTURE(i);
@@ -95,18 +95,18 @@ TEST_CASE("allreduce of LeNet's eight gradient tensors (the real sizes)") {
 TEST_CASE("allreduce refuses more elements than its staging buffer holds") {
   mgpu::DeviceSet devices(2);
   mgpu::Buffer<float> a(devices[0], 8), b(devices[1], 8);
-  dp::Allreduce allreduce(devices, lenet::Layout::PerTensor, 4);
+  dp::Allreduce allreduce(devices, 4);
   CHECK_THROWS_WITH_AS(allreduce.run({a.data(), b.data()}, mgpu::Elements{8}), doctest::Contains("staging"),
                        mgpu::Error);
 }
 
 TEST_CASE("shard_sizes: n / k each, the remainder to the first devices") {
-  CHECK(dp::shard_sizes(256, 2) == std::vector<int>{128, 128});
-  CHECK(dp::shard_sizes(257, 2) == std::vector<int>{129, 128});
-  CHECK(dp::shard_sizes(10, 4) == std::vector<int>{3, 3, 2, 2});
-  CHECK(dp::shard_sizes(3, 3) == std::vector<int>{1, 1, 1});
-  CHECK(dp::shard_sizes(96, 1) == std::vector<int>{96});
-  CHECK_THROWS_WITH_AS(dp::shard_sizes(2, 3), doctest::Contains("cannot be split across 3 devices"), mgpu::Error);
+  CHECK(mgpu::shard_sizes(256, 2) == std::vector<int>{128, 128});
+  CHECK(mgpu::shard_sizes(257, 2) == std::vector<int>{129, 128});
+  CHECK(mgpu::shard_sizes(10, 4) == std::vector<int>{3, 3, 2, 2});
+  CHECK(mgpu::shard_sizes(3, 3) == std::vector<int>{1, 1, 1});
+  CHECK(mgpu::shard_sizes(96, 1) == std::vector<int>{96});
+  CHECK_THROWS_WITH_AS(mgpu::shard_sizes(2, 3), doctest::Contains("cannot be split across 3 devices"), mgpu::Error);
 }
 
 TEST_CASE("split_batch: each device gathers its consecutive shard of the order, labels follow their images") {
@@ -124,9 +124,9 @@ TEST_CASE("split_batch: each device gathers its consecutive shard of the order, 
     for (dp::DeviceData& dd : data) dd.order.upload(order);
     std::vector<dp::Replica> replicas;
     replicas.reserve(k);
-    for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), dp::shard_sizes(n, k)[0]);
+    for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), mgpu::shard_sizes(n, k)[0]);
     const std::vector<int> sizes = dp::split_batch(data, first, n, replicas);
-    CHECK(sizes == dp::shard_sizes(n, k));
+    CHECK(sizes == mgpu::shard_sizes(n, k));
     int start = first;
     for (int i = 0; i < k; ++i) {
       const std::vector<float> x = replicas[i].shard.x.download();
@@ -169,12 +169,12 @@ TEST_CASE("3 steps on k = 2 and k = 3 devices give the parameters of 3 steps on 
 }
 
 TEST_CASE("check_batches_fit: refused before the first step when a batch would leave a device idle") {
-  CHECK_NOTHROW(dp::check_batches_fit(60000, 256, 8));  // the last batch holds 96
-  CHECK_NOTHROW(dp::check_batches_fit(1000, 250, 4));   // no short batch at all
-  CHECK_NOTHROW(dp::check_batches_fit(4, 256, 4));      // one batch of 4
-  CHECK_THROWS_WITH_AS(dp::check_batches_fit(1001, 250, 4), doctest::Contains("leave a last batch of 1 example(s)"),
+  CHECK_NOTHROW(mgpu::check_batches_fit(60000, 256, 8));  // the last batch holds 96
+  CHECK_NOTHROW(mgpu::check_batches_fit(1000, 250, 4));   // no short batch at all
+  CHECK_NOTHROW(mgpu::check_batches_fit(4, 256, 4));      // one batch of 4
+  CHECK_THROWS_WITH_AS(mgpu::check_batches_fit(1001, 250, 4), doctest::Contains("leave a last batch of 1 example(s)"),
                        mgpu::Error);
-  CHECK_THROWS_WITH_AS(dp::check_batches_fit(3, 256, 4), doctest::Contains("only 3 training images for 4 devices"),
+  CHECK_THROWS_WITH_AS(mgpu::check_batches_fit(3, 256, 4), doctest::Contains("only 3 training images for 4 devices"),
                        mgpu::Error);
 }
 
@@ -233,7 +233,7 @@ int rounds_with_wrong_sums(int rounds) {
 
 // dp::Allreduce for two devices, with the interface above.
 struct ChapterAllreduce {
-  explicit ChapterAllreduce(const mgpu::DeviceSet& devices) : allreduce(devices, lenet::Layout::PerTensor, 1 << 16) {}
+  explicit ChapterAllreduce(const mgpu::DeviceSet& devices) : allreduce(devices, 1 << 16) {}
   void run(const std::vector<float*>& data, mgpu::Elements n) { allreduce.run(data, n); }
   dp::Allreduce allreduce;
 };

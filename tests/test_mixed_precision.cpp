@@ -16,7 +16,7 @@
 #include "../chapters/06_mixed_precision/loss_scaler.h"
 #include "../chapters/06_mixed_precision/mixed.h"
 #include "../chapters/06_mixed_precision/ring16.h"
-#include "../chapters/06_mixed_precision/training.h"
+#include "../chapters/06_mixed_precision/train.h"
 #include "common/random.h"
 #include "helpers.h"
 
@@ -305,25 +305,26 @@ struct Setup {
   std::vector<dp::DeviceData> data;
 };
 
-// A GradientAllreduce that counts its calls and, when told, puts an inf into one device's
-// gradient after the sum: a device that alone overflowed.
-class Spy : public dp::GradientAllreduce {
+// A collective that counts its calls and, when told, puts an inf into one device's gradient
+// after the sum: a device that alone overflowed.
+class Spy : public mgpu::Collective {
  public:
-  Spy(const mgpu::DeviceSet& devices) : ring_(devices) {}
-  void run(std::vector<dp::Replica>& replicas) override {
+  explicit Spy(const mgpu::DeviceSet& devices)
+      : devices_(devices), ring_(devices, dp::largest_gradient_sum(lenet::Layout::Flat)) {}
+  std::string name() const override { return "spy"; }
+  void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
     ++calls;
-    ring_.run(replicas);
+    ring_.run(buffers, n);
     if (poison_device >= 0) {
       const float inf = std::numeric_limits<float>::infinity();
-      dp::Replica& r = replicas[poison_device];
-      mgpu::copy_bytes_to_device(*r.device, r.grads.flat() + 100, &inf, sizeof inf);
+      mgpu::copy_bytes_to_device(devices_[poison_device], buffers[poison_device] + 100, &inf, sizeof inf);
     }
   }
-  lenet::Layout layout() const override { return lenet::Layout::Flat; }
   int calls = 0;
   int poison_device = -1;
 
  private:
+  const mgpu::DeviceSet& devices_;
   ring::RingAllreduce ring_;
 };
 
@@ -408,7 +409,7 @@ TEST_CASE("flushed_to_zero: a tiny loss scale flushes fp16 gradients to zero, a 
     mo.precision = Precision::FP16;
     mo.loss_scaling = true;
     mo.scaler.initial_scale = scale;
-    ring::RingAllreduce exchange(s.devices);
+    ring::RingAllreduce exchange(s.devices, dp::largest_gradient_sum(lenet::Layout::Flat));
     mixed::MixedTrainer trainer(s.devices, mo, 32, lenet::init_params(7), exchange);
     flushed_at[i++] = trainer.flushed_to_zero(images, 32);
   }

@@ -17,7 +17,7 @@
 
 #include "chapters/05_multi_process/checkpoint.h"
 #include "chapters/05_multi_process/collective.h"
-#include "chapters/05_multi_process/multi_process.h"
+#include "chapters/05_multi_process/train.h"
 #include "chapters/05_multi_process/rank_device.h"
 #include "chapters/05_multi_process/world.h"
 #include "common/random.h"
@@ -58,8 +58,8 @@ mp::Config small_config(int epochs) {
 // The collective the program would choose: NCCL in a cuda build where every rank has a GPU of
 // its own, MPI otherwise (the cpu build; ranks sharing a GPU). So on a machine with GPUs these
 // tests check the NCCL path, and the MPI path everywhere else.
-std::unique_ptr<mp::GradientAllreduce> program_allreduce(const mp::World& w, const mp::RankDevice& device) {
-  const mp::Collective kind =
+std::unique_ptr<mgpu::Collective> program_allreduce(const mp::World& w, const mp::RankDevice& device) {
+  const mp::CollectiveKind kind =
       mp::choose_collective(w, mp::default_collective(), /*explicitly=*/false, device.ranks_per_gpu(), nullptr);
   return mp::make_allreduce(kind, w, device.device(), device.ranks_per_gpu());
 }
@@ -283,7 +283,8 @@ TEST_CASE("a rank that fails at the end of the run stops every rank together, na
 TEST_CASE("the collective sums every element over the ranks, as one bucket and layer by layer") {
   const mp::World w = world();
   const mp::RankDevice device(w);
-  const auto allreduce = program_allreduce(w, device);
+  const auto collective = program_allreduce(w, device);
+  mp::BucketAllreduce allreduce(*collective);
   // Rank r contributes (r + 1) * v with v the same everywhere: the sum is K(K+1)/2 * v.
   mgpu::Rng rng(9);
   lenet::HostParams v;
@@ -296,8 +297,8 @@ TEST_CASE("the collective sums every element over the ranks, as one bucket and l
       for (float& x : t) x *= float(w.rank + 1);
     lenet::Params g = lenet::upload_params(device.device(), mine, lenet::Layout::Flat);
     if (by_layer)
-      for (int layer = lenet::kLayers - 1; layer >= 0; --layer) allreduce->start_layer(g, layer);
-    allreduce->finish(g);
+      for (int layer = lenet::kLayers - 1; layer >= 0; --layer) allreduce.start_layer(g, layer);
+    allreduce.finish(g);
     const lenet::HostParams got = g.download();
     for (int t = 0; t < lenet::kParamTensors; ++t) {
       CAPTURE(lenet::kParams[t].name);
@@ -309,7 +310,7 @@ TEST_CASE("the collective sums every element over the ranks, as one bucket and l
   }
   // Layers out of order would make ranks issue different collectives: refused before any is.
   lenet::Params g = lenet::zero_params(device.device(), lenet::Layout::Flat);
-  CHECK_THROWS_WITH_AS(allreduce->start_layer(g, 0), doctest::Contains("out of order"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(allreduce.start_layer(g, 0), doctest::Contains("out of order"), mgpu::Error);
 }
 
 TEST_CASE("count_ranks_with counts the ranks that passed the same name") {
@@ -325,16 +326,16 @@ TEST_CASE("count_ranks_with counts the ranks that passed the same name") {
 TEST_CASE("choose_collective: ranks sharing a GPU fall back to MPI together, or refuse an explicit nccl") {
   const mp::World w = world();
   std::string note;
-  CHECK(mp::choose_collective(w, mp::Collective::Mpi, true, 1, &note) == mp::Collective::Mpi);
-  CHECK(mp::choose_collective(w, mp::Collective::Nccl, true, 1, &note) == mp::Collective::Nccl);
+  CHECK(mp::choose_collective(w, mp::CollectiveKind::Mpi, true, 1, &note) == mp::CollectiveKind::Mpi);
+  CHECK(mp::choose_collective(w, mp::CollectiveKind::Nccl, true, 1, &note) == mp::CollectiveKind::Nccl);
   CHECK(note.empty());
   // Only rank 0 shares its GPU (3 ranks on 2 GPUs look like this on the ranks of GPU 0): every
   // rank must still take the same decision, or some would wait in NCCL for ranks that use MPI.
   const int sharing = w.rank == 0 ? 2 : 1;
-  CHECK(mp::choose_collective(w, mp::Collective::Nccl, false, sharing, &note) == mp::Collective::Mpi);
+  CHECK(mp::choose_collective(w, mp::CollectiveKind::Nccl, false, sharing, &note) == mp::CollectiveKind::Mpi);
   CHECK(note.find("2 ranks share a GPU") != std::string::npos);
   CHECK(note.find("summed with MPI") != std::string::npos);
-  CHECK_THROWS_WITH_AS(mp::choose_collective(w, mp::Collective::Nccl, true, sharing, nullptr),
+  CHECK_THROWS_WITH_AS(mp::choose_collective(w, mp::CollectiveKind::Nccl, true, sharing, nullptr),
                        doctest::Contains("--collective nccl: 2 ranks share a GPU"), mgpu::Error);
 }
 
@@ -355,7 +356,7 @@ int main(int argc, char** argv) {
   if (w.rank != 0) context.setOption("minimal", true);  // one summary, from rank 0; failures from all
   {  // say which collective the training tests check (NCCL where each rank has its own GPU)
     const mp::RankDevice device(w);
-    const mp::Collective kind =
+    const mp::CollectiveKind kind =
         mp::choose_collective(w, mp::default_collective(), false, device.ranks_per_gpu(), nullptr);
     const std::string ranks = mp::gather_lines(w, device.describe());
     if (w.rank == 0) std::printf("%scollective under test: %s\n", ranks.c_str(), mp::collective_name(kind));

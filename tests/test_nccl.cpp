@@ -39,7 +39,7 @@ TEST_CASE("ncclAllReduce (sum) on the flat bucket equals the ring, element by el
     pa.push_back(a.back().data()), pb.push_back(b.back().data());
   }
   nccl::NcclAllreduce(devices, nccl::Reduction::Sum).run(pa, mgpu::Elements{n});
-  ring::RingAllreduce(devices).run(pb, mgpu::Elements{n});
+  ring::RingAllreduce(devices, n).run(pb, mgpu::Elements{n});
   devices.synchronize();
   for (int i = 0; i < k; ++i) {
     CAPTURE(i);
@@ -52,22 +52,24 @@ TEST_CASE("ncclAllReduce (sum) on the flat bucket equals the ring, element by el
 }
 
 // 3 steps of 24 random images on every device; the last device's final parameters.
-lenet::HostParams train_steps(const mgpu::DeviceSet& devices, dp::GradientAllreduce& allreduce) {
+lenet::HostParams train_steps(const mgpu::DeviceSet& devices, mgpu::Collective& allreduce) {
   const int batch = 24, steps = 3;
   mgpu::Rng rng(11);
-  return testing::train_steps(devices, allreduce, testing::random_set(batch * steps, rng), batch, steps, 0.5f).back();
+  return testing::train_steps(devices, allreduce, lenet::Layout::Flat, testing::random_set(batch * steps, rng), batch,
+                              steps, 0.5f)
+      .back();
 }
 
 TEST_CASE("training steps with ncclSum and with ncclAvg equal steps with the ring") {
   const int k = nccl::usable_devices(8);
   CAPTURE(k);
   mgpu::DeviceSet devices(k);
-  ring::RingAllreduce ring(devices);
+  ring::RingAllreduce ring(devices, dp::largest_gradient_sum(lenet::Layout::Flat));
   nccl::NcclAllreduce sum(devices, nccl::Reduction::Sum), avg(devices, nccl::Reduction::Average);
   CHECK(avg.result_scale() == doctest::Approx(1.0 / k));
   const lenet::HostParams init = lenet::init_params(7, 0.1f);
   const lenet::HostParams want = train_steps(devices, ring);
-  for (dp::GradientAllreduce* way : {static_cast<dp::GradientAllreduce*>(&sum), static_cast<dp::GradientAllreduce*>(&avg)}) {
+  for (mgpu::Collective* way : {static_cast<mgpu::Collective*>(&sum), static_cast<mgpu::Collective*>(&avg)}) {
     testing::check_same_training(train_steps(devices, *way), want, init, "NCCL vs ring");
   }
 }

@@ -272,7 +272,7 @@ struct EpochRun {
 EpochRun run_steps(int s, int k, const ps::Settings& settings, const mgpu::LabeledImages& set, int batch, int steps,
                    float lr) {
   const lenet::HostParams init = lenet::init_params(7, 0.1f);
-  Rig rig(s, k, settings.mode, set, dp::shard_sizes(batch, k)[0], init);
+  Rig rig(s, k, settings.mode, set, mgpu::shard_sizes(batch, k)[0], init);
   const std::vector<ps::WorkItem> items = ps::epoch_work(batch * steps, batch, k);
   const auto start = std::chrono::steady_clock::now();
   EpochRun out;
@@ -291,8 +291,8 @@ TEST_CASE("bsp: training through the server takes chapter 02's steps (1, 2 and 3
   const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
   const lenet::HostParams init = lenet::init_params(7, 0.1f);
   mgpu::DeviceSet one(1);
-  dp::Allreduce single(one, lenet::Layout::Flat);
-  const lenet::HostParams want = testing::train_steps(one, single, set, batch, steps, 0.5f)[0];
+  dp::Allreduce single(one, dp::largest_gradient_sum(lenet::Layout::Flat));
+  const lenet::HostParams want = testing::train_steps(one, single, lenet::Layout::Flat, set, batch, steps, 0.5f)[0];
   for (int k : {1, 2, 3})
     for (int s : {1, 2}) {
       CAPTURE(k);

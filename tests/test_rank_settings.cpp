@@ -122,7 +122,7 @@ TEST_CASE("settings_to_agree_on: each compared option shows in its value, the pe
 
   // --collective: an explicit nccl is refused where ranks share a GPU, the default falls back.
   mp::Config given = parsed({}), by_default = given;
-  given.collective = by_default.collective = mp::Collective::Nccl;
+  given.collective = by_default.collective = mp::CollectiveKind::Nccl;
   given.collective_given = true;
   CHECK(value_of(mp::settings_to_agree_on(given), "--collective") == "nccl");
   CHECK(value_of(mp::settings_to_agree_on(by_default), "--collective") == "nccl (the default)");

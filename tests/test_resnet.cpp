@@ -61,7 +61,7 @@ struct Model {
     for (Replica& r : replicas) r.params.upload(params);
   }
   resnet::Devices lockstep() {
-    return {net, replicas, mode, [this](const std::vector<float*>& data, mgpu::Elements n) { ring.run(data, n); }};
+    return {net, replicas, mode, ring};
   }
   // Shards of `b`: sizes[i] images to device i, in order.
   void load(const HostBatch& b, const std::vector<int>& sizes) {
@@ -84,7 +84,7 @@ struct Model {
     resnet::backward(s);
     std::vector<float*> grads;
     for (Replica& r : replicas) grads.push_back(r.grads.data());
-    s.allreduce(grads, mgpu::Elements{std::size_t(net.param_floats)});
+    s.allreduce.run(grads, mgpu::Elements{std::size_t(net.param_floats)});
     return replicas[0].grads.download();
   }
   // The summed loss of the loaded batch in training mode, in double.

@@ -152,11 +152,11 @@ TEST_CASE("ring allreduce refuses too many elements, a wrong buffer count and pe
   CHECK_THROWS_WITH_AS(small.run({a.data(), b.data()}, Elements{16}), doctest::Contains("exceed"), mgpu::Error);
   CHECK_THROWS_WITH_AS(small.run({a.data()}, Elements{4}), doctest::Contains("one buffer per device"), mgpu::Error);
 
-  ring::RingAllreduce ring(devices);
+  // Replicas that store their gradients tensor by tensor have no flat bucket to hand it.
   std::vector<dp::Replica> per_tensor;
   per_tensor.reserve(2);
   for (int i = 0; i < 2; ++i) per_tensor.emplace_back(devices[i], lenet::init_params(1), 1, lenet::Layout::PerTensor);
-  CHECK_THROWS_WITH_AS(ring.run(per_tensor), doctest::Contains("tensor by tensor"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(dp::flat_gradients(per_tensor), doctest::Contains("tensor by tensor"), mgpu::Error);
 }
 
 TEST_CASE("the flat bucket: 129,068 parameters at aligned offsets, eight views, writes seen both ways") {
@@ -213,25 +213,30 @@ TEST_CASE("the flat bucket: 129,068 parameters at aligned offsets, eight views, 
   CHECK_THROWS_AS(separate.flat(), mgpu::Error);
 }
 
-// 4 steps of 13 random images on k devices, gradients summed by the allreduce that
-// make_allreduce builds; every device's final parameters.
+// 4 steps of 13 random images on k devices, gradients stored as `layout` says and summed by the
+// allreduce that make_allreduce builds; every device's final parameters.
 std::vector<lenet::HostParams> train_steps(
-    int k, const std::function<std::unique_ptr<dp::GradientAllreduce>(const mgpu::DeviceSet&)>& make_allreduce) {
+    int k, lenet::Layout layout,
+    const std::function<std::unique_ptr<mgpu::Collective>(const mgpu::DeviceSet&)>& make_allreduce) {
   const int batch = 13, steps = 4;
   mgpu::Rng rng(77);
   const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
   mgpu::DeviceSet devices(k);
-  const std::unique_ptr<dp::GradientAllreduce> allreduce = make_allreduce(devices);
-  return testing::train_steps(devices, *allreduce, set, batch, steps, 0.5f);
+  const std::unique_ptr<mgpu::Collective> allreduce = make_allreduce(devices);
+  return testing::train_steps(devices, *allreduce, layout, set, batch, steps, 0.5f);
 }
 
 TEST_CASE("training with the ring takes the steps that training with chapter 02's allreduce takes") {
   const lenet::HostParams init = lenet::init_params(7, 0.1f);
   for (int k : {2, 3}) {
     CAPTURE(k);
-    const auto naive = train_steps(k, [](const mgpu::DeviceSet& d) { return std::make_unique<dp::Allreduce>(d); });
-    const auto ring =
-        train_steps(k, [](const mgpu::DeviceSet& d) { return std::make_unique<ring::RingAllreduce>(d); });
+    const lenet::Layout per_tensor = lenet::Layout::PerTensor, flat = lenet::Layout::Flat;
+    const auto naive = train_steps(k, per_tensor, [&](const mgpu::DeviceSet& d) {
+      return std::make_unique<dp::Allreduce>(d, dp::largest_gradient_sum(per_tensor));
+    });
+    const auto ring = train_steps(k, flat, [&](const mgpu::DeviceSet& d) {
+      return std::make_unique<ring::RingAllreduce>(d, dp::largest_gradient_sum(flat));
+    });
     // Same sums in another order: equal to float rounding (and every ring replica agrees).
     for (int i = 0; i < k; ++i) testing::check_same_training(ring[i], naive[0], init, "ring device " + std::to_string(i));
   }
@@ -254,13 +259,24 @@ TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is ca
     CHECK(m.busbw == doctest::Approx(m.algbw * 2.0 * 2 / 3));
   }
   // An "allreduce" that loses the last device's input before summing: every device ends wrong.
+  class Broken : public mgpu::Collective {
+   public:
+    Broken(const mgpu::DeviceSet& d, std::size_t max) : devices_(d), ring_(d, max) {}
+    std::string name() const override { return "broken"; }
+    void run(const mgpu::DeviceBuffers& data, Elements n) override {
+      std::vector<float> zero(n.count, 0.0f);
+      mgpu::copy_bytes_to_device(devices_[2], data[2], zero.data(), n.count * sizeof(float));
+      ring_.run(data, n);
+    }
+
+   private:
+    const mgpu::DeviceSet& devices_;
+    ring::RingAllreduce ring_;
+  };
   auto broken = [](const mgpu::DeviceSet& d, std::size_t max) {
-    auto real = std::make_shared<ring::RingAllreduce>(d, max);
-    return std::vector<bench::Algorithm>{{"broken", [real, &d](const std::vector<float*>& data, Elements n) {
-                                            std::vector<float> zero(n.count, 0.0f);
-                                            mgpu::copy_bytes_to_device(d[2], data[2], zero.data(), n.count * sizeof(float));
-                                            real->run(data, n);
-                                          }}};
+    bench::Collectives collectives;
+    collectives.push_back(std::make_unique<Broken>(d, max));
+    return collectives;
   };
   results = bench::run_benchmark(devices, s, broken);
   REQUIRE(results.size() == 11);  // 4 B .. 4 KiB, one algorithm: the loop below must check them

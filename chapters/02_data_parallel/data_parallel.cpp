@@ -1,15 +1,10 @@
 #include "data_parallel.h"
 
 #include <algorithm>
-#include <chrono>
 
-#include "common/batches.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
-#include "common/timer.h"
 
 namespace dp {
-
-constexpr int kPixels = 28 * 28;
 
 lenet::Params get_params(const lenet::HostParams& params, const Device& d, lenet::Layout layout) {
   // BEGIN EXERCISE ex02.get_params
@@ -25,28 +20,34 @@ Replica::Replica(const Device& d, const lenet::HostParams& host, int shard_capac
       lanes(lenet::make_lanes(d, shard_capacity)),
       metrics(d) {}
 
-namespace {
-
-std::size_t largest_tensor() {
-  std::int64_t n = 0;
-  for (const lenet::ParamInfo& p : lenet::kParams) n = std::max(n, p.count);
-  return static_cast<std::size_t>(n);
-}
-
-}  // namespace
-
 std::vector<float*> flat_gradients(std::vector<Replica>& replicas) {
   std::vector<float*> data;
   for (Replica& r : replicas) data.push_back(r.grads.flat());
   return data;
 }
 
-Allreduce::Allreduce(const DeviceSet& devices, lenet::Layout layout, std::size_t max_elements)
-    : devices_(devices),
-      layout_(layout),
-      staging_(devices[0], max_elements       ? max_elements
-                           : layout == lenet::Layout::Flat ? std::size_t(lenet::flat_count())
-                                                           : largest_tensor()) {
+std::size_t largest_gradient_sum(lenet::Layout layout) {
+  if (layout == lenet::Layout::Flat) return static_cast<std::size_t>(lenet::flat_count());
+  std::int64_t n = 0;
+  for (const lenet::ParamInfo& p : lenet::kParams) n = std::max(n, p.count);
+  return static_cast<std::size_t>(n);
+}
+
+void allreduce_gradients(std::vector<Replica>& replicas, mgpu::Collective& collective) {
+  if (replicas.empty()) return;
+  if (replicas[0].grads.layout() == lenet::Layout::Flat) {  // one transfer of everything
+    collective.run(flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())});
+    return;
+  }
+  for (int t = 0; t < lenet::kParamTensors; ++t) {  // eight transfers, one per tensor
+    std::vector<float*> data;
+    for (Replica& r : replicas) data.push_back(r.grads.tensors[t]);
+    collective.run(data, mgpu::Elements{static_cast<std::size_t>(lenet::kParams[t].count)});
+  }
+}
+
+Allreduce::Allreduce(const DeviceSet& devices, std::size_t max_elements)
+    : devices_(devices), staging_(devices[0], max_elements) {
   // Each event belongs to its device: done_[i] marks work of devices[i] only.
   for (int i = 0; i < devices.size(); ++i) done_.push_back(std::make_unique<mgpu::Event>(devices[i]));
 }
@@ -95,40 +96,6 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   // END EXERCISE ex02.allreduce
 }
 
-void Allreduce::run(std::vector<Replica>& replicas) {
-  if (layout_ == lenet::Layout::Flat) {  // one transfer of everything
-    run(flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())});
-    return;
-  }
-  for (int t = 0; t < lenet::kParamTensors; ++t) {  // eight transfers, one per tensor
-    std::vector<float*> data;
-    for (Replica& r : replicas) data.push_back(r.grads.tensors[t]);
-    run(data, mgpu::Elements{static_cast<std::size_t>(lenet::kParams[t].count)});
-  }
-}
-
-std::vector<int> shard_sizes(int n, int k) {
-  if (k < 1) throw mgpu::Error("shard_sizes: need at least one device, got " + std::to_string(k));
-  if (n < k)
-    throw mgpu::Error("a batch of " + std::to_string(n) + " examples cannot be split across " + std::to_string(k) +
-                      " devices: every device needs at least one example");
-  std::vector<int> sizes(k, n / k);
-  for (int i = 0; i < n % k; ++i) ++sizes[i];
-  return sizes;
-}
-
-void check_batches_fit(int train_examples, int batch_size, int k) {
-  const int smallest = train_examples % batch_size ? train_examples % batch_size : batch_size;
-  if (train_examples < k)
-    throw mgpu::Error("only " + std::to_string(train_examples) + " training images for " + std::to_string(k) +
-                      " devices: every device needs at least one example of every batch (raise --limit-train)");
-  if (smallest < k)
-    throw mgpu::Error(std::to_string(train_examples) + " training images in batches of " + std::to_string(batch_size) +
-                      " leave a last batch of " + std::to_string(smallest) + " example(s) in every epoch, fewer than the " +
-                      std::to_string(k) + " devices: every device needs at least one example of every batch (change "
-                      "--limit-train or --batch-size)");
-}
-
 DeviceData::DeviceData(const Device& d, const mgpu::LabeledImages& set) : images(d, set), order(d, set.count) {}
 
 std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu::LabeledImages& set) {
@@ -145,7 +112,7 @@ std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu
 
 std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
   if (data.size() != replicas.size()) throw mgpu::Error("split_batch: one DeviceData per replica expected");
-  const std::vector<int> sizes = shard_sizes(n, static_cast<int>(replicas.size()));
+  const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(replicas.size()));
   if (first < 0 || first + n > data[0].images.count)
     throw mgpu::Error("split_batch: examples " + std::to_string(first) + ".." + std::to_string(first + n) +
                       " of the order run past the " + std::to_string(data[0].images.count) + " examples");
@@ -160,150 +127,38 @@ std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, st
   return sizes;
 }
 
-namespace {
-
-// For measuring only: wait for every device, then read the clock.
-double synchronized_now(const std::vector<Replica>& replicas) {
-  for (const Replica& r : replicas) mgpu::synchronize(*r.device);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Examples [start, start + count) of a host dataset, as a new dataset.
-mgpu::LabeledImages slice(const mgpu::LabeledImages& set, int start, int count) {
-  mgpu::LabeledImages s;
-  s.count = count;
-  s.rows = set.rows;
-  s.cols = set.cols;
-  s.pixels.assign(set.pixels.begin() + std::size_t(start) * kPixels,
-                  set.pixels.begin() + std::size_t(start + count) * kPixels);
-  s.labels.assign(set.labels.begin() + start, set.labels.begin() + start + count);
-  return s;
-}
-
 std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size,
                                    lenet::Layout layout) {
-  const int largest_shard = shard_sizes(batch_size, devices.size())[0];
+  const int largest_shard = mgpu::shard_sizes(batch_size, devices.size())[0];
   std::vector<Replica> replicas;
   replicas.reserve(devices.size());
   for (int i = 0; i < devices.size(); ++i) replicas.emplace_back(devices[i], init, largest_shard, layout);
   return replicas;
 }
 
-}  // namespace
+void compute_gradients(Replica& r, int n) {
+  r.grads.zero();
+  lenet::accumulate_gradients(*r.device, r.params, r.grads, r.lanes, r.shard.x.data(), r.shard.y.data(), n,
+                              r.metrics);
+}
+
+void sgd_step(std::vector<Replica>& replicas, float lr, int n, const mgpu::Collective& allreduce) {
+  // Every device holds the same summed gradient and takes the same step, dividing by the whole
+  // batch's size: exactly what one device would do with the whole batch. (An allreduce that
+  // averages instead of summing left sum/k: the larger rate makes up for it.)
+  for (Replica& r : replicas) lenet::sgd(*r.device, r.params, r.grads, lr / allreduce.result_scale(), n);
+}
 
 void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
-                 GradientAllreduce& allreduce, float lr, StepTimes* times) {
-  double t = times ? synchronized_now(replicas) : 0;
-  auto lap = [&](double StepTimes::*phase) {
-    if (!times) return;
-    const double now = synchronized_now(replicas);
-    times->*phase += now - t;
-    t = now;
-  };
-
+                 mgpu::Collective& allreduce, float lr) {
   // BEGIN EXERCISE ex02.train_batch
   const std::vector<int> sizes = split_batch(data, first, n, replicas);
-  lap(&StepTimes::split);
   // Each call only queues work on its device's stream and returns, so the devices compute at
-  // the same time. When measuring, each device's stream also notes when it began and ended.
-  const std::size_t k = replicas.size();
-  std::vector<mgpu::Timestamp> began(times ? k : 0), ended(times ? k : 0);
-  for (std::size_t i = 0; i < k; ++i) {
-    Replica& r = replicas[i];
-    if (times) began[i].record(*r.device);
-    r.grads.zero();
-    lenet::accumulate_gradients(*r.device, r.params, r.grads, r.lanes, r.shard.x.data(), r.shard.y.data(), sizes[i],
-                                r.metrics);
-    if (times) ended[i].record(*r.device);
-  }
-  const double compute_start = t;
-  lap(&StepTimes::compute);
-  if (times) {
-    times->compute_began.resize(k, 0.0);
-    times->compute_ended.resize(k, 0.0);
-    for (std::size_t i = 0; i < k; ++i) {
-      times->compute_began[i] += began[i].seconds() - compute_start;
-      times->compute_ended[i] += ended[i].seconds() - compute_start;
-    }
-  }
-  allreduce.run(replicas);
-  lap(&StepTimes::allreduce);
-  // Every device now holds the same summed gradient and takes the same step, dividing by the
-  // whole batch's size: exactly what one device would do with the whole batch. (An allreduce
-  // that averages instead of summing left sum/k: the larger rate makes up for it.)
-  for (Replica& r : replicas) lenet::sgd(*r.device, r.params, r.grads, lr / allreduce.result_scale(), n);
-  lap(&StepTimes::update);
+  // the same time.
+  for (std::size_t i = 0; i < replicas.size(); ++i) compute_gradients(replicas[i], sizes[i]);
+  allreduce_gradients(replicas, allreduce);
+  sgd_step(replicas, lr, n, allreduce);
   // END EXERCISE ex02.train_batch
-  if (times) ++times->steps;
-}
-
-lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        GradientAllreduce& allreduce, mgpu::TrainingLog& log) {
-  const int k = devices.size();
-  check_batches_fit(data.train.count, o.batch_size, k);  // now, not when the epoch's last batch comes
-  std::vector<Replica> replicas =
-      make_replicas(devices, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count),
-                    allreduce.layout());
-
-  // The test set: a slice per device (d2l's exercise 4), or all of it on device 0 (d2l's way).
-  std::vector<lenet::DeviceImages> test_sets;
-  const std::vector<int> test_sizes =
-      o.eval_all_devices ? shard_sizes(data.test.count, k) : std::vector<int>{data.test.count};
-  for (std::size_t i = 0, start = 0; i < test_sizes.size(); start += test_sizes[i], ++i)
-    test_sets.emplace_back(devices[i], slice(data.test, static_cast<int>(start), test_sizes[i]));
-
-  std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);  // once per run
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  mgpu::SyncTimer timer(devices);
-
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    for (Replica& r : replicas) r.metrics.reset();
-    timer.start();
-    batches.start_epoch(epoch);
-    for (DeviceData& dd : train_data) dd.order.upload(batches.order());  // once per epoch
-    for (int b = 0; b < batches.count(); ++b) {
-      const int n = batches.size(b);
-      train_batch(train_data, b * o.batch_size, n, replicas, allreduce,
-                  mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      log.progress(epoch + 1, b, batches.count());
-    }
-    const double seconds = timer.stop_seconds();
-
-    double loss_sum = 0, hits = 0, test_hits = 0;
-    for (const Replica& r : replicas) {
-      const auto [l, h] = r.metrics.read();
-      loss_sum += l;
-      hits += h;
-    }
-    for (std::size_t i = 0; i < test_sets.size(); ++i)
-      test_hits += lenet::evaluate_accuracy(devices[i], replicas[i].params, replicas[i].lanes, test_sets[i]) *
-                   test_sets[i].count;
-    mgpu::EpochRecord r;
-    r.epoch = epoch + 1;
-    r.train_loss = loss_sum / data.train.count;
-    r.train_acc = hits / data.train.count;
-    r.test_acc = test_hits / data.test.count;
-    r.seconds = seconds;
-    log.end_epoch(r);
-  }
-  return replicas[0].params.download();
-}
-
-StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        GradientAllreduce& allreduce, int steps) {
-  std::vector<Replica> replicas =
-      make_replicas(devices, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count),
-                    allreduce.layout());
-  std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  batches.start_epoch(0);
-  for (DeviceData& dd : train_data) dd.order.upload(batches.order());
-  StepTimes times;
-  for (int s = 0; s <= steps; ++s) {  // step 0 warms up (first-touch of memory, library setup)
-    const int b = s % batches.count(), n = batches.size(b);
-    train_batch(train_data, b * o.batch_size, n, replicas, allreduce, o.lr, s == 0 ? nullptr : &times);
-  }
-  return times;
 }
 
 }  // namespace dp

@@ -2,17 +2,20 @@
 // with every byte that moves between devices in plain sight.
 //
 //   get_params   the host parameters copied to a device, gradients zeroed
-//   Allreduce    d2l's allreduce: sum every device's gradients on device 0, copy the sum back
+//   Allreduce    d2l's allreduce (a mgpu::Collective): sum every device's gradients on device 0,
+//                copy the sum back
 //   DeviceData   the training set and the epoch's order, resident on every device
 //   split_batch  a batch cut into k shards (remainder-aware), each gathered by its device
 //   train_batch  forward + backward on every device, allreduce, the same SGD step everywhere
-//   train        d2l's train(num_gpus, batch_size, lr)
+//   train        d2l's train(num_gpus, batch_size, lr): train.h
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "../01_lenet/lenet.h"
+#include "../01_lenet/lenet.h"  // chapter 01's model: what every device trains
+#include "common/batches.h"      // shard_sizes, check_batches_fit (taught here, kept in common/)
 #include "common/cli.h"
+#include "common/collective.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
 #include "common/report.h"
@@ -41,57 +44,38 @@ struct Replica {
   lenet::Metrics metrics;
 };
 
-// What train_batch needs from a collective: afterwards, every replica's gradients hold the sum
-// over all replicas. This chapter's Allreduce is one; chapter 03's ring and chapter 04's NCCL
-// are others, and the same train_batch runs with any of them.
-class GradientAllreduce {
- public:
-  virtual ~GradientAllreduce() = default;
-  virtual void run(std::vector<Replica>& replicas) = 0;
-  // How the replicas must store their gradients for run() to work on them.
-  virtual lenet::Layout layout() const = 0;
-  // run() leaves result_scale() times the sum in every replica: 1 for a sum, 1/k for an average
-  // (chapter 04's ncclAvg). train_batch's SGD step divides it back out.
-  virtual float result_scale() const { return 1.0f; }
-};
-
 // Every replica's flat gradient bucket (lenet::flat_count() = 129,216 floats each): what a collective that sums
 // everything in one call is given. Throws if the replicas store their gradients PerTensor.
 std::vector<float*> flat_gradients(std::vector<Replica>& replicas);
+
+// The most elements allreduce_gradients() hands a collective at once: the whole bucket (Flat),
+// or the largest tensor (PerTensor: W3, 102,400 floats). A collective's staging is sized from it.
+std::size_t largest_gradient_sum(lenet::Layout layout);
+
+// Sums every replica's gradients over the devices with `collective` (common/collective.h):
+// tensor by tensor, eight calls, for gradients stored PerTensor (d2l's way); the whole flat
+// bucket in one call for Flat ones (chapter 03). The collective knows nothing of LeNet: the
+// trainer decides what to hand it.
+void allreduce_gradients(std::vector<Replica>& replicas, mgpu::Collective& collective);
 
 // d2l's allreduce: device 0 pulls every other device's gradient (cudaMemcpyPeerAsync into a
 // staging buffer), adds it to its own, then every device pulls the sum back. Ordered with
 // events, never by waiting on the host: each device's stream waits for exactly the work it
 // depends on.
-class Allreduce : public GradientAllreduce {
+class Allreduce : public mgpu::Collective {
  public:
-  // For gradients stored PerTensor, run(replicas) makes one allreduce per tensor (d2l's way);
-  // for Flat ones, a single allreduce of the whole flat bucket. The staging buffer holds the
-  // largest single allreduce: max_elements, or by default what `layout` needs.
-  explicit Allreduce(const DeviceSet& devices, lenet::Layout layout = lenet::Layout::PerTensor,
-                     std::size_t max_elements = 0);
+  // max_elements: the largest buffer run() will be given (device 0's staging buffer holds one).
+  Allreduce(const DeviceSet& devices, std::size_t max_elements);
   ~Allreduce() override;  // waits for the devices: queued copies may still use the staging buffer
-  Allreduce(const Allreduce&) = delete;
-  Allreduce& operator=(const Allreduce&) = delete;
+  std::string name() const override { return "naive"; }
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum.
-  void run(const std::vector<float*>& data, mgpu::Elements n);
-  void run(std::vector<Replica>& replicas) override;
-  lenet::Layout layout() const override { return layout_; }
+  void run(const std::vector<float*>& data, mgpu::Elements n) override;
 
  private:
   const DeviceSet& devices_;
-  lenet::Layout layout_;
   mgpu::Buffer<float> staging_;                     // on device 0: one incoming gradient
   std::vector<std::unique_ptr<mgpu::Event>> done_;  // per device: "its part is finished"
 };
-
-// Shard sizes for a batch of n examples on k devices: n / k each, and one more for the first
-// n % k devices (257 on 2 devices: 129 + 128). n < k is an error: a device would get nothing.
-std::vector<int> shard_sizes(int n, int k);
-
-// Before the first step: refuses (naming the numbers and what to change) a training set whose
-// batches, the short last one of each epoch included, would leave a device without an example.
-void check_batches_fit(int train_examples, int batch_size, int k);
 
 // The training set on one device, uploaded once, and the epoch's order of its examples, uploaded
 // once per epoch. d2l's loop hands every batch from the host (its DataLoader) to the devices;
@@ -107,36 +91,28 @@ struct DeviceData {
 std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu::LabeledImages& set);
 
 // d2l's split_batch(X, y, devices): the batch is the n examples order[first .. first + n) of
-// the epoch's order; shard i (the next shard_sizes(n, k)[i] of them) is gathered by device i,
+// the epoch's order; shard i (the next mgpu::shard_sizes(n, k)[i] of them) is gathered by device i,
 // from its own copy of the data, into replicas[i].shard. Returns the shard sizes.
 std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas);
 
-// Where one step's time goes, in seconds, summed over the steps measured.
-struct StepTimes {
-  double split = 0, compute = 0, allreduce = 0, update = 0;
-  // Device i's own forward and backward pass inside the compute phase: when its stream began
-  // and ended that work, in seconds from the phase's start. Devices that compute at the same
-  // time have spans that overlap; devices that take turns have spans that follow each other.
-  std::vector<double> compute_began, compute_ended;  // [k]
-  int steps = 0;
-};
+// Forward and backward on replica r's shard of n examples (split_batch put it there): its
+// gradients are zeroed, then the shard's gradient is added in. Only queues work on r's device.
+void compute_gradients(Replica& r, int n);
 
 // d2l's train_batch: split the batch, run forward and backward on every device (each on its
 // own stream, so their work overlaps: on GPUs, and on the cpu backend's devices, which are
 // streams with cores of their own), allreduce the gradients, and let every device take the
-// same SGD step, dividing by the full batch size n. With `times`, the devices are synchronized
-// after each phase and the phases timed: use it only to measure.
+// same SGD step, dividing by the full batch size n.
 // The batch is order[first .. first + n) of every device's data (see split_batch).
 void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
-                 GradientAllreduce& allreduce, float lr, StepTimes* times = nullptr);
+                 mgpu::Collective& allreduce, float lr);
 
-// d2l's train(num_gpus, batch_size, lr) on `devices`, summing gradients with `allreduce` (made
-// for the same devices): returns the final parameters of device 0.
-lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        GradientAllreduce& allreduce, mgpu::TrainingLog& log);
+// The SGD step every device takes after the allreduce: p -= lr * g / n on each replica, with
+// the collective's result_scale() divided out (an allreduce that averages left sum / k).
+void sgd_step(std::vector<Replica>& replicas, float lr, int n, const mgpu::Collective& allreduce);
 
-// Times `steps` training steps phase by phase (from init_params(o.seed), on fresh replicas).
-StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                        GradientAllreduce& allreduce, int steps);
+// The replicas train() starts from: init on every device, room for the largest shard of a batch.
+std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size,
+                                   lenet::Layout layout);
 
 }  // namespace dp

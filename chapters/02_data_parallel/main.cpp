@@ -1,6 +1,6 @@
 // Chapter 02: data-parallel training from scratch. Trains LeNet on 1 device, then on k
 // (--devices, default 2), from the same initial weights and the same batches, and compares.
-// --trainer picks the step: ddp (data_parallel.h, the default) or dataparallel (dataparallel.h).
+// --trainer picks the step: ddp (data_parallel.h, the default) or dataparallel (nn_data_parallel.h, PyTorch's nn.DataParallel).
 //   build/bin/02_data_parallel [--devices 2] [--trainer ddp] [--epochs 10] [--batch-size 256] ...
 #include <cstdio>
 #include <filesystem>
@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/device.h"
-#include "common/program.h"
-#include "common/report.h"
-#include "data_parallel.h"
-#include "dataparallel.h"
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
+#include "data_parallel.h"  // get_params, Allreduce, split_batch, train_batch: d2l 13.5
+#include "nn_data_parallel.h"  // DataParallel: PyTorch's nn.DataParallel step, for comparison
+#include "train.h"  // train, profile_steps: the epoch loop and where a step's time goes
 
 int main(int argc, char** argv) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
                 data.test.count);
     // Refuse now, before the 1-device run, what would stop the k-device run (dp::train checks
     // its own devices only). A bad --out is refused by the first TrainingLog, also before any step.
-    dp::check_batches_fit(data.train.count, o.batch_size, o.devices);
+    mgpu::check_batches_fit(data.train.count, o.batch_size, o.devices);
 
     std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
     for (int k : std::set<int>{1, o.devices}) {
@@ -64,7 +65,8 @@ int main(int argc, char** argv) {
         runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
         continue;
       }
-      dp::Allreduce allreduce(devices);  // d2l's: gather on device 0, broadcast back, tensor by tensor
+      // d2l's: gather on device 0, broadcast back, tensor by tensor (so room for the largest tensor)
+      dp::Allreduce allreduce(devices, dp::largest_gradient_sum(lenet::Layout::PerTensor));
       dp::train(devices, data, o, allreduce, log);
 
       // Where a step's time goes, measured apart from the run above (the synchronization

@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/report.h"
 #include "common/timer.h"
+#include "../02_data_parallel/data_parallel.h"  // chapter 02's allreduce, the baseline
 #include "ring.h"
 
 namespace bench {
@@ -50,7 +51,7 @@ std::size_t count_wrong(const Buffers& buffers, std::size_t n) {
   return wrong;
 }
 
-Measurement measure(const DeviceSet& devices, const Algorithm& algorithm, Buffers& buffers, std::size_t n,
+Measurement measure(const DeviceSet& devices, mgpu::Collective& collective, Buffers& buffers, std::size_t n,
                     const Settings& settings) {
   const std::vector<float*> data = pointers(buffers);
   mgpu::SyncTimer timer(devices);
@@ -59,15 +60,15 @@ Measurement measure(const DeviceSet& devices, const Algorithm& algorithm, Buffer
   // Warm up (first use of memory and streams), timing it to choose the iteration count.
   fill_inputs(buffers, n);
   timer.start();
-  for (int i = 0; i < settings.warmup; ++i) algorithm.run(data, count);
+  for (int i = 0; i < settings.warmup; ++i) collective.run(data, count);
   const double warmup_seconds = timer.stop_seconds();
 
   // Check: from fresh inputs, one allreduce, every element of every device.
   fill_inputs(buffers, n);
-  algorithm.run(data, count);
+  collective.run(data, count);
   devices.synchronize();
   Measurement m;
-  m.algorithm = algorithm.name;
+  m.algorithm = collective.name();
   m.devices = devices.size();
   m.count = n;
   m.bytes = n * sizeof(float);
@@ -80,7 +81,7 @@ Measurement measure(const DeviceSet& devices, const Algorithm& algorithm, Buffer
     iters = static_cast<int>(std::clamp(0.2 / std::max(per_run, 1e-9), 10.0, 10000.0));
   }
   timer.start();
-  for (int i = 0; i < iters; ++i) algorithm.run(data, count);
+  for (int i = 0; i < iters; ++i) collective.run(data, count);
   const double seconds = timer.stop_seconds() / iters;
 
   const int k = devices.size();
@@ -92,25 +93,25 @@ Measurement measure(const DeviceSet& devices, const Algorithm& algorithm, Buffer
 
 }  // namespace
 
-std::vector<Algorithm> naive_and_ring(const DeviceSet& devices, std::size_t max_elements) {
-  auto naive = std::make_shared<dp::Allreduce>(devices, lenet::Layout::Flat, max_elements);
-  auto ring = std::make_shared<ring::RingAllreduce>(devices, max_elements);
-  return {{"naive", [naive](const std::vector<float*>& data, Elements n) { naive->run(data, n); }},
-          {"ring", [ring](const std::vector<float*>& data, Elements n) { ring->run(data, n); }}};
+Collectives naive_and_ring(const DeviceSet& devices, std::size_t max_elements) {
+  Collectives collectives;
+  collectives.push_back(std::make_unique<dp::Allreduce>(devices, max_elements));
+  collectives.push_back(std::make_unique<ring::RingAllreduce>(devices, max_elements));
+  return collectives;
 }
 
 std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
-                                       const AlgorithmFactory& make_algorithms) {
+                                       const CollectiveFactory& make_collectives) {
   const std::size_t max_n = std::max<std::size_t>(1, settings.max_bytes / sizeof(float));
   Buffers buffers;
   for (int i = 0; i < devices.size(); ++i) buffers.emplace_back(devices[i], max_n);
-  const std::vector<Algorithm> algorithms = make_algorithms(devices, max_n);
+  const Collectives collectives = make_collectives(devices, max_n);
 
   std::printf("\n# allreduce, float32, sum, in place, on %d devices (%s)\n#%27s", devices.size(),
               mgpu::kBackendName, "");
-  for (const Algorithm& a : algorithms) std::printf("  %-41s", a.name.c_str());
+  for (const auto& c : collectives) std::printf("  %-41s", c->name().c_str());
   std::printf("\n#%11s %14s", "size(B)", "count");
-  for (std::size_t i = 0; i < algorithms.size(); ++i)
+  for (std::size_t i = 0; i < collectives.size(); ++i)
     std::printf("  %10s %9s %9s %9s", "time(us)", "algbw", "busbw", "#wrong");
   std::printf("\n");
 
@@ -118,8 +119,8 @@ std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings&
   for (std::size_t bytes = settings.min_bytes; bytes <= settings.max_bytes; bytes *= 2) {
     const std::size_t n = bytes / sizeof(float);
     std::printf(" %11zu %14zu", n * sizeof(float), n);
-    for (const Algorithm& a : algorithms) {
-      const Measurement m = measure(devices, a, buffers, n, settings);
+    for (const auto& c : collectives) {
+      const Measurement m = measure(devices, *c, buffers, n, settings);
       std::printf("  %10.1f %9.3f %9.3f %9zu", m.time_us, m.algbw, m.busbw, m.wrong);
       std::fflush(stdout);
       results.push_back(m);

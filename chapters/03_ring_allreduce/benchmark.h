@@ -12,9 +12,11 @@
 // whose sums are exact in float in any order, so a right answer is exactly right.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/collective.h"
 #include "common/device.h"
 
 namespace bench {
@@ -22,17 +24,16 @@ namespace bench {
 using mgpu::DeviceSet;
 using mgpu::Elements;
 
-// One algorithm under test: data[i] (n floats) lives on device i; afterwards each holds the sum.
-struct Algorithm {
-  std::string name;  // the column set's heading and the CSV's `algorithm`
-  std::function<void(const std::vector<float*>& data, Elements n)> run;
-};
+// The algorithms under test are collectives (common/collective.h): the harness owns parsing,
+// timing and checking, each collective only run()s, as in nccl-tests. Its name() heads its
+// column set and fills the CSV's `algorithm`.
+using Collectives = std::vector<std::unique_ptr<mgpu::Collective>>;
 
-// Builds the algorithms to compare on `devices`, for buffers of up to max_elements floats.
-using AlgorithmFactory = std::function<std::vector<Algorithm>(const DeviceSet& devices, std::size_t max_elements)>;
+// Builds the collectives to compare on `devices`, for buffers of up to max_elements floats.
+using CollectiveFactory = std::function<Collectives(const DeviceSet& devices, std::size_t max_elements)>;
 
 // Chapter 02's allreduce (one transfer of the whole buffer) and chapter 03's ring.
-std::vector<Algorithm> naive_and_ring(const DeviceSet& devices, std::size_t max_elements);
+Collectives naive_and_ring(const DeviceSet& devices, std::size_t max_elements);
 
 struct Settings {
   std::vector<int> device_counts = {2, 4, 8};
@@ -68,7 +69,7 @@ MemoryNeed memory_needed(const Settings& settings, int devices, int gpus);
 // The whole benchmark program: parse the command line (exit 2 on a bad one, or on one that
 // needs more memory than this machine has), measure every device count, check the cost model,
 // write <out>/<program>.csv, _model.csv and .png.
-int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
+int main_program(int argc, char** argv, const std::string& program, const CollectiveFactory& make_collectives,
                  const Settings& defaults = Settings{});
 
 struct Measurement {
@@ -82,9 +83,9 @@ struct Measurement {
 // input(i, j): device i's j-th element before the allreduce.
 float input(int device, std::size_t j);
 
-// Measures every algorithm at every size on `devices`, printing the table as it goes.
+// Measures every collective at every size on `devices`, printing the table as it goes.
 std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
-                                       const AlgorithmFactory& make_algorithms);
+                                       const CollectiveFactory& make_collectives);
 
 // The results as CSV (one row per algorithm, device count and size) and a plot of busbw and
 // time against size, one line per algorithm and device count.

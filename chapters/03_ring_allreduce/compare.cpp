@@ -9,14 +9,14 @@
 namespace ring {
 
 void train_each(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                const std::string& chapter, const std::vector<const NamedAllreduce*>& ways) {
+                const std::string& chapter, const std::vector<const GradientSum*>& ways) {
   const int k = devices.size();
   std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
   std::string title = chapter + ": " + std::to_string(k) + " device(s) (" + mgpu::kBackendName + "),";
-  for (const NamedAllreduce* way : ways) {
+  for (const GradientSum* way : ways) {
     std::printf("\n== training on %d device(s) with %s\n", k, way->label.c_str());
     mgpu::TrainingLog log(chapter, chapter + "_" + way->run + "_k" + std::to_string(k), o, k, data.train.count);
-    dp::train(devices, data, o, *way->allreduce, log);
+    dp::train(devices, data, o, *way->collective, log, way->layout);
     log.finish();
     runs.emplace_back(way->label, log.csv_path());
     title += (runs.size() > 1 ? " vs " : " ") + way->run;
@@ -26,13 +26,13 @@ void train_each(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, 
 }
 
 void print_step_times(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                      const std::vector<NamedAllreduce>& ways) {
+                      const std::vector<GradientSum>& ways) {
   // Measured apart from training: the synchronization that measuring needs would slow it down.
   std::printf("\nper step on %d device(s) (mean of 20 steps, devices synchronized between phases):\n",
               devices.size());
   std::printf("  %-40s %12s %14s\n", "allreduce", "compute ms", "allreduce ms");
-  for (const NamedAllreduce& way : ways) {
-    const dp::StepTimes t = dp::profile_steps(devices, data, o, *way.allreduce, 20);
+  for (const GradientSum& way : ways) {
+    const dp::StepTimes t = dp::profile_steps(devices, data, o, *way.collective, 20, way.layout);
     std::printf("  %-40s %12.2f %14.3f\n", way.label.c_str(), 1e3 * t.compute / t.steps, 1e3 * t.allreduce / t.steps);
   }
 }

@@ -6,23 +6,26 @@
 #include <utility>
 #include <vector>
 
-#include "../02_data_parallel/data_parallel.h"
+#include "../02_data_parallel/train.h"  // the lesson here is chapter 02's training, with another collective
+#include "common/collective.h"
 
 namespace ring {
 
-// One way to sum a step's gradients, with a label for tables and plots and a short name for files.
-struct NamedAllreduce {
+// One way to sum a step's gradients: a collective, and how the replicas hand their gradients
+// to it (tensor by tensor, or one flat bucket); a label for tables and plots, a short name for files.
+struct GradientSum {
   std::string label, run;
-  std::unique_ptr<dp::GradientAllreduce> allreduce;
+  lenet::Layout layout;
+  std::unique_ptr<mgpu::Collective> collective;
 };
 
-// Trains with each allreduce from the same start and the same batches (dp::train), writing
+// Trains with each way from the same start and the same batches (dp::train), writing
 // <out>/<chapter>_<run>_k<K>.csv, and plots all of their curves in <out>/<chapter>.png.
 void train_each(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                const std::string& chapter, const std::vector<const NamedAllreduce*>& ways);
+                const std::string& chapter, const std::vector<const GradientSum*>& ways);
 
 // Prints one step's compute and allreduce time for each (dp::profile_steps, 20 steps).
 void print_step_times(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                      const std::vector<NamedAllreduce>& ways);
+                      const std::vector<GradientSum>& ways);
 
 }  // namespace ring

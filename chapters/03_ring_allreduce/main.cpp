@@ -7,11 +7,11 @@
 #include <memory>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/device.h"
-#include "common/program.h"
-#include "compare.h"
-#include "ring.h"
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "compare.h"  // train_each, print_step_times: the ways to sum, side by side
+#include "ring.h"  // RingAllreduce: reduce-scatter + all-gather around a ring
 
 // One ring allreduce of LeNet's flat gradient bucket (129,216 floats), step by step, as the devices ran it: each
 // device's span in each step. Spans of one step that overlap are copies proceeding at once.
@@ -26,7 +26,7 @@ void print_ring_timeline(const mgpu::DeviceSet& devices) {
     buckets.back().zero();
     data.push_back(buckets.back().data());
   }
-  ring::RingAllreduce ring(devices);
+  ring::RingAllreduce ring(devices, n);
   ring.timeline(data, mgpu::Elements{n});  // a first run warms up (first touch of the buffers)
   const std::vector<ring::RingAllreduce::StepSpan> spans = ring.timeline(data, mgpu::Elements{n});
   std::printf("\none ring allreduce of the flat bucket as the devices ran it (ms from its start; each device "
@@ -54,12 +54,14 @@ int main(int argc, char** argv) {
                 data.test.count);
 
     // The three ways to sum one step's gradients, each made for these devices.
-    std::vector<ring::NamedAllreduce> ways;
-    ways.push_back({"chapter 02: 8 tensors via device 0", "naive",
-                    std::make_unique<dp::Allreduce>(devices, lenet::Layout::PerTensor)});
-    ways.push_back({"chapter 02 allreduce, 1 flat bucket", "naive_flat",
-                    std::make_unique<dp::Allreduce>(devices, lenet::Layout::Flat)});
-    ways.push_back({"ring, 1 flat bucket", "ring", std::make_unique<ring::RingAllreduce>(devices)});
+    const std::size_t bucket = dp::largest_gradient_sum(lenet::Layout::Flat);
+    std::vector<ring::GradientSum> ways;
+    ways.push_back({"chapter 02: 8 tensors via device 0", "naive", lenet::Layout::PerTensor,
+                    std::make_unique<dp::Allreduce>(devices, dp::largest_gradient_sum(lenet::Layout::PerTensor))});
+    ways.push_back({"chapter 02 allreduce, 1 flat bucket", "naive_flat", lenet::Layout::Flat,
+                    std::make_unique<dp::Allreduce>(devices, bucket)});
+    ways.push_back({"ring, 1 flat bucket", "ring", lenet::Layout::Flat,
+                    std::make_unique<ring::RingAllreduce>(devices, bucket)});
 
     // Train with the first and the last: the curves should match (same start, same batches).
     ring::train_each(devices, data, o, chapter.name, {&ways.front(), &ways.back()});

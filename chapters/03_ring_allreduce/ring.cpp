@@ -14,7 +14,7 @@ Chunk chunk_of(Elements n, int k, int c) {
 }
 
 RingAllreduce::RingAllreduce(const DeviceSet& devices, std::size_t max_elements)
-    : devices_(devices), max_elements_(max_elements ? max_elements : std::size_t(lenet::flat_count())) {
+    : devices_(devices), max_elements_(max_elements) {
   const std::size_t largest_chunk = chunk_of(Elements{max_elements_}, devices.size(), 0).count;
   for (int i = 0; i < devices.size(); ++i) {
     staging_.emplace_back(devices[i], largest_chunk);
@@ -31,8 +31,16 @@ RingAllreduce::~RingAllreduce() {
 }
 
 void RingAllreduce::receive_and_add(int to, float* dst, int from, const float* src, Elements n) {
+  mark(to);
   mgpu::copy_peer(devices_[to], staging_[to].data(), devices_[from], src, n);
   lenet::add_into(devices_[to], dst, staging_[to].data(), static_cast<std::int64_t>(n.count));
+  mark(to);
+}
+
+void RingAllreduce::receive(int to, float* dst, int from, const float* src, Elements n) {
+  mark(to);
+  mgpu::copy_peer(devices_[to], dst, devices_[from], src, n);
+  mark(to);
 }
 
 bool RingAllreduce::check(const std::vector<float*>& data, Elements n) const {
@@ -79,9 +87,7 @@ void RingAllreduce::reduce_scatter(const std::vector<float*>& data, Elements n) 
       const int from = (i + k - 1) % k;
       const Chunk c = chunk_of(n, k, ((from - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);
-      mark(i);
       receive_and_add(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
-      mark(i);
     }
     mark_ready();  // this step is done
   }
@@ -100,9 +106,7 @@ void RingAllreduce::all_gather(const std::vector<float*>& data, Elements n) {
       const int from = (i + k - 1) % k;
       const Chunk c = chunk_of(n, k, ((from + 1 - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);
-      mark(i);
-      mgpu::copy_peer(devices_[i], data[i] + c.begin, devices_[from], data[from] + c.begin, Elements{c.count});
-      mark(i);
+      receive(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
     }
     mark_ready();  // this step is done
   }
@@ -122,7 +126,7 @@ std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<f
     throw;
   }
   marks_ = nullptr;
-  // The marks came in pairs, step by step, device by device (run()'s loops).
+  // The marks came in pairs (receive_and_add, receive), step by step, device by device (run()'s loops).
   const int k = devices_.size();
   std::vector<StepSpan> spans;
   double first = 0;
@@ -133,10 +137,6 @@ std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<f
   }
   for (StepSpan& s : spans) s.began -= first, s.ended -= first;
   return spans;
-}
-
-void RingAllreduce::run(std::vector<dp::Replica>& replicas) {
-  run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::flat_count())});
 }
 
 }  // namespace ring

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "../02_data_parallel/data_parallel.h"
+#include "common/collective.h"
 #include "common/device.h"
 
 namespace ring {
@@ -33,18 +33,17 @@ struct Chunk {
 };
 Chunk chunk_of(Elements n, int k, int c);
 
-class RingAllreduce : public dp::GradientAllreduce {
+class RingAllreduce : public mgpu::Collective {
  public:
   // max_elements: the largest buffer run() will be given (each device keeps a staging buffer
-  // for one incoming chunk of it). By default, LeNet's flat bucket (lenet::flat_count()).
-  explicit RingAllreduce(const DeviceSet& devices, std::size_t max_elements = 0);
+  // for one incoming chunk of it).
+  RingAllreduce(const DeviceSet& devices, std::size_t max_elements);
   ~RingAllreduce() override;  // waits for the devices: queued copies may still use the staging buffers
-  RingAllreduce(const RingAllreduce&) = delete;
-  RingAllreduce& operator=(const RingAllreduce&) = delete;
+  std::string name() const override { return "ring"; }
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum. Only
   // queues work on the devices' streams: no host synchronization inside the ring.
   // run = reduce_scatter, then all_gather.
-  void run(const std::vector<float*>& data, Elements n);
+  void run(const std::vector<float*>& data, Elements n) override;
   // The two halves, each a collective of its own (NCCL has both: ncclReduceScatter and
   // ncclAllGather). Chunks are chunk_of(n, k, c).
   //   reduce_scatter: afterwards device i's chunk (i + 1) mod k holds that chunk's sum over
@@ -52,10 +51,6 @@ class RingAllreduce : public dp::GradientAllreduce {
   //   all_gather:     device i's chunk (i + 1) mod k is copied to every other device.
   void reduce_scatter(const std::vector<float*>& data, Elements n);
   void all_gather(const std::vector<float*>& data, Elements n);
-  // All of a replica's gradients in one call: they must be stored Flat, in one bucket.
-  void run(std::vector<dp::Replica>& replicas) override;
-  lenet::Layout layout() const override { return lenet::Layout::Flat; }
-
   // One run(data, n) as the devices ran it: when each device's stream began and ended its part
   // of each step (the copy in, and the add in the reduce-scatter), in seconds from the earliest
   // begin, from timestamps queued on the streams. Where the spans of one step overlap, the
@@ -73,8 +68,10 @@ class RingAllreduce : public dp::GradientAllreduce {
   // buffer ready; at the end, no device goes on before its successor has read its buffer.
   void mark_ready();
   void wait_for_readers();
-  // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer).
+  // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer), or
+  // to's chunk = from's chunk. While timeline() runs, each also stamps its begin and end.
   void receive_and_add(int to, float* dst, int from, const float* src, Elements n);
+  void receive(int to, float* dst, int from, const float* src, Elements n);
   void mark(int device);  // only while timeline() runs: a timestamp on the device's stream
   const DeviceSet& devices_;
   std::size_t max_elements_;

@@ -5,16 +5,16 @@
 // NCCL runs one rank per GPU: K is capped at the number of GPUs.
 #include <cstdio>
 
-#include "common/backend.h"
-#include "common/cli.h"
-#include "common/program.h"
+#include "common/backend.h"  // kBackendName, kExitNotApplicable
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 
 #if MGPU_HAVE_NCCL
 #include <memory>
 
-#include "../03_ring_allreduce/compare.h"
-#include "../03_ring_allreduce/ring.h"
-#include "nccl_allreduce.h"
+#include "../03_ring_allreduce/compare.h"  // chapter 03's comparison of ways to sum the gradients
+#include "../03_ring_allreduce/ring.h"     // the ring, NCCL's baseline here
+#include "nccl_allreduce.h"  // NcclAllreduce: ncclCommInitAll and grouped ncclAllReduce calls
 
 namespace {
 
@@ -33,11 +33,14 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
   std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
               data.test.count);
 
-  std::vector<ring::NamedAllreduce> ways;
-  ways.push_back({"chapter 03 ring", "ring", std::make_unique<ring::RingAllreduce>(devices)});
-  ways.push_back({"ncclSum, SGD divides by batch", "nccl_sum",
+  // Every way hands the collective the whole flat gradient bucket in one call.
+  const lenet::Layout flat = lenet::Layout::Flat;
+  std::vector<ring::GradientSum> ways;
+  ways.push_back({"chapter 03 ring", "ring", flat,
+                  std::make_unique<ring::RingAllreduce>(devices, dp::largest_gradient_sum(flat))});
+  ways.push_back({"ncclSum, SGD divides by batch", "nccl_sum", flat,
                   std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum)});
-  ways.push_back({"ncclAvg, SGD divides by batch/k", "nccl_avg",
+  ways.push_back({"ncclAvg, SGD divides by batch/k", "nccl_avg", flat,
                   std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Average)});
   ring::train_each(devices, data, o, chapter.name, {&ways[0], &ways[1], &ways[2]});
   ring::print_step_times(devices, data, o, ways);

@@ -50,10 +50,6 @@ void NcclAllreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   // END EXERCISE ex04.group_calls
 }
 
-void NcclAllreduce::run(std::vector<dp::Replica>& replicas) {
-  run(dp::flat_gradients(replicas), mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())});
-}
-
 float NcclAllreduce::result_scale() const {
   return reduction_ == Reduction::Sum ? 1.0f : 1.0f / static_cast<float>(comms_.size());
 }

@@ -15,7 +15,7 @@
 
 #include <vector>
 
-#include "../02_data_parallel/data_parallel.h"
+#include "common/collective.h"
 #include "common/nccl.h"
 
 namespace nccl {
@@ -25,20 +25,16 @@ enum class Reduction {
   Average,  // ncclAvg: every GPU gets sum / k; the SGD step must divide by batch / k
 };
 
-class NcclAllreduce : public dp::GradientAllreduce {
+class NcclAllreduce : public mgpu::Collective {
  public:
   // One communicator per device; every device must be on its own GPU (NCCL refuses two ranks
   // of one communicator on one GPU).
   NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction);
   ~NcclAllreduce() override;
-  NcclAllreduce(const NcclAllreduce&) = delete;
-  NcclAllreduce& operator=(const NcclAllreduce&) = delete;
+  std::string name() const override { return "nccl"; }
 
   // data[i] (n floats) lives on devices[i]; queued on each device's stream, no host wait.
-  void run(const std::vector<float*>& data, mgpu::Elements n);
-  // The flat gradient bucket of every replica, in one collective.
-  void run(std::vector<dp::Replica>& replicas) override;
-  lenet::Layout layout() const override { return lenet::Layout::Flat; }
+  void run(const std::vector<float*>& data, mgpu::Elements n) override;
   float result_scale() const override;
 
  private:

@@ -10,10 +10,11 @@
 #include "common/nccl.h"
 #endif
 #include "common/timer.h"
+#include "common/trace.h"
 
 namespace mp {
 
-const char* collective_name(Collective c) { return c == Collective::Nccl ? "nccl" : "mpi"; }
+const char* collective_name(CollectiveKind c) { return c == CollectiveKind::Nccl ? "nccl" : "mpi"; }
 
 bool nccl_available() {
 #if MGPU_CUDA && MGPU_HAVE_NCCL
@@ -30,28 +31,40 @@ Slice layer_slice(int layer) {
   return {static_cast<std::size_t>(begin), mgpu::Elements{static_cast<std::size_t>(end - begin)}};
 }
 
-void GradientAllreduce::start_layer(lenet::Params& g, int layer) {
-  if (layer != lenet::kLayers - 1 - started_)
-    throw mgpu::Error("GradientAllreduce: layer " + std::to_string(layer) + " started out of order (expected " +
-                      std::to_string(lenet::kLayers - 1 - started_) + ")");
-  start(g, layer);
-  ++started_;
-}
-
-void GradientAllreduce::finish(lenet::Params& g) {
-  const int started = started_;
-  started_ = 0;
-  if (started == 0) return reduce_bucket(g);
-  if (started != lenet::kLayers)
-    throw mgpu::Error("GradientAllreduce: " + std::to_string(started) + " of " + std::to_string(lenet::kLayers) +
-                      " layers were started before finish()");
-  wait_started(g);
-}
-
 namespace {
 
 // The whole flat bucket: the 129,068 gradients and the alignment padding, 129,216 floats.
 mgpu::Elements whole_bucket() { return mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())}; }
+
+}  // namespace
+
+void BucketAllreduce::start_layer(lenet::Params& g, int layer) {
+  if (layer != lenet::kLayers - 1 - started_)
+    throw mgpu::Error("BucketAllreduce: layer " + std::to_string(layer) + " started out of order (expected " +
+                      std::to_string(lenet::kLayers - 1 - started_) + ")");
+  const Slice s = layer_slice(layer);
+  collective_.start({g.flat() + s.offset}, s.count);
+  ++started_;
+}
+
+void BucketAllreduce::finish(lenet::Params& g) {
+  const int started = started_;
+  started_ = 0;
+  if (started == 0) return collective_.run({g.flat()}, whole_bucket());
+  if (started != lenet::kLayers)
+    throw mgpu::Error("BucketAllreduce: " + std::to_string(started) + " of " + std::to_string(lenet::kLayers) +
+                      " layers were started before finish()");
+  collective_.finish();
+}
+
+namespace {
+
+// This rank's one buffer: a collective between processes is handed exactly one per call.
+float* only_buffer(const mgpu::DeviceBuffers& buffers, const char* who) {
+  if (buffers.size() != 1)
+    throw mgpu::Error(std::string(who) + ": one buffer per process expected, got " + std::to_string(buffers.size()));
+  return buffers[0];
+}
 
 // --- mpi ----------------------------------------------------------------------------------
 // MPI_Allreduce and MPI_Iallreduce, in place, on host memory. MPI makes progress on a
@@ -78,77 +91,94 @@ void sum_now(const World& w, float* host, mgpu::Elements n) {
   MGPU_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, host, mpi_count(n), MPI_FLOAT, MPI_SUM, w.comm));
 }
 
-// MPI sums a host copy of the bucket (pinned on GPUs, so that copies to it are asynchronous).
-// Without overlap: copy it all down, sum, copy it back. With overlap, layer l's slice is copied
-// down on a second stream as soon as backward has produced it (an event orders the copy after
-// the layer's kernels, without the host waiting), and its MPI_Iallreduce starts once the copy
-// is done; finish() waits for the sums and copies the bucket back up on the compute stream.
-// The same code runs in both builds: a cpu device's work is queued too, so the host must wait
-// for backward before MPI may read its gradients, exactly as on a GPU.
-class MpiAllreduce : public GradientAllreduce {
+// MPI sums a host copy of the gradients (pinned on GPUs, so that copies to it are asynchronous).
+// run(): copy it all down, sum, copy it back. With overlap, each started slice is copied down
+// on a second stream as soon as backward has produced it (an event orders the copy after the
+// layer's kernels, without the host waiting) into the next free part of the host copy, and its
+// MPI_Iallreduce starts once the copy is done; finish() waits for the sums and copies each slice
+// back up on the compute stream. The same code runs in both builds: a cpu device's work is
+// queued too, so the host must wait for backward before MPI may read its gradients, exactly as
+// on a GPU.
+class MpiAllreduce : public mgpu::Collective {
  public:
-  MpiAllreduce(const World& w, const mgpu::Device& d)
-      : world_(w), device_(d), copier_(d), host_(whole_bucket().count) {
-    for (int l = 0; l < lenet::kLayers; ++l) {  // events of this rank's device (either stream may record them)
-      ready_.push_back(std::make_unique<mgpu::Event>(d));
-      copied_.push_back(std::make_unique<mgpu::Event>(d));
-    }
-  }
+  MpiAllreduce(const World& w, const mgpu::Device& d, std::size_t max_elements)
+      : world_(w), device_(d), copier_(d), host_(max_elements) {}
+  std::string name() const override { return "mpi"; }
   void synchronize(const mgpu::Device& d) override {
     mgpu::synchronize(copier_.device());
     mgpu::synchronize(d);
   }
 
- protected:
-  void reduce_bucket(lenet::Params& g) override {
-    mgpu::copy_bytes_to_host(device_, host_.data(), g.flat(), bucket_bytes());  // waits for backward
-    sum_now(world_, host_.data(), whole_bucket());
-    mgpu::copy_bytes_to_device(device_, g.flat(), host_.data(), bucket_bytes());
+  void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
+    float* data = only_buffer(buffers, "MpiAllreduce");
+    check_fits(0, n);
+    mgpu::copy_bytes_to_host(device_, host_.data(), data, bytes(n));  // waits for backward
+    sum_now(world_, host_.data(), n);
+    mgpu::copy_bytes_to_device(device_, data, host_.data(), bytes(n));
   }
-  void start(lenet::Params& g, int layer) override {
-    const Slice s = layer_slice(layer);
+  void start(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
+    float* data = only_buffer(buffers, "MpiAllreduce");
+    const std::size_t used = slices_.empty() ? 0 : slices_.back().host_offset + slices_.back().count.count;
+    check_fits(used, n);
+    const std::size_t i = slices_.size();
+    if (i == ready_.size()) {  // events of this rank's device (either stream may record them), kept for later steps
+      ready_.push_back(std::make_unique<mgpu::Event>(device_));
+      copied_.push_back(std::make_unique<mgpu::Event>(device_));
+    }
     const mgpu::Device& copier = copier_.device();
-    ready_[layer]->record(device_);  // backward has queued this layer's kernels up to here
-    ready_[layer]->make_wait(copier);
-    mgpu::copy_bytes_to_host_async(copier, host_.data() + s.offset, g.flat() + s.offset, s.count.count * sizeof(float));
-    copied_[layer]->record(copier);
-    waiting_.push_back(layer);
+    ready_[i]->record(device_);  // backward has queued this slice's kernels up to here
+    ready_[i]->make_wait(copier);
+    mgpu::copy_bytes_to_host_async(copier, host_.data() + used, data, bytes(n));
+    copied_[i]->record(copier);
+    slices_.push_back({data, used, n});
     start_copied(/*wait=*/false);
   }
-  void wait_started(lenet::Params& g) override {
+  void finish() override {
     start_copied(/*wait=*/true);
     const double begin = mgpu::steady_seconds();
     requests_.wait_all();
-    note("MPI_Waitall", begin, mgpu::steady_seconds());
-    mgpu::copy_bytes_to_device(device_, g.flat(), host_.data(), bucket_bytes());
+    mgpu::trace("MPI_Waitall", begin, mgpu::steady_seconds());
+    for (const SliceCopy& s : slices_)
+      mgpu::copy_bytes_to_device(device_, s.device, host_.data() + s.host_offset, bytes(s.count));
+    slices_.clear();
+    summing_ = 0;
   }
 
  private:
-  static std::size_t bucket_bytes() { return whole_bucket().count * sizeof(float); }
-  // Starts the MPI sums of the layers whose copy has arrived, in the order they were started
+  struct SliceCopy {
+    float* device;            // where the slice lives on the device
+    std::size_t host_offset;  // where its copy lives in host_
+    mgpu::Elements count;
+  };
+  static std::size_t bytes(mgpu::Elements n) { return n.count * sizeof(float); }
+  void check_fits(std::size_t used, mgpu::Elements n) const {
+    if (used + n.count > host_.size())
+      throw mgpu::Error("MpiAllreduce: " + std::to_string(used + n.count) + " floats exceed the " +
+                        std::to_string(host_.size()) + " it was made for");
+  }
+  // Starts the MPI sums of the slices whose copy has arrived, in the order they were started
   // (every rank must issue them in the same order); with `wait`, waits for every copy.
   void start_copied(bool wait) {
-    while (!waiting_.empty()) {
-      const int layer = waiting_.front();
+    for (; summing_ < slices_.size(); ++summing_) {
       if (wait) {
-        copied_[layer]->synchronize();
-      } else if (!copied_[layer]->done()) {
+        copied_[summing_]->synchronize();
+      } else if (!copied_[summing_]->done()) {
         return;
       }
-      const Slice s = layer_slice(layer);
+      const SliceCopy& s = slices_[summing_];
       const double begin = mgpu::steady_seconds();
-      requests_.start_sum(world_, host_.data() + s.offset, s.count);
-      note("MPI sum of layer " + std::to_string(layer) + " started", begin, mgpu::steady_seconds());
-      waiting_.erase(waiting_.begin());
+      requests_.start_sum(world_, host_.data() + s.host_offset, s.count);
+      mgpu::trace("MPI sum " + std::to_string(summing_ + 1) + " started", begin, mgpu::steady_seconds());
     }
   }
 
   World world_;
   mgpu::Device device_;
   mgpu::SideStream copier_;        // the same device, a second stream for the copies down
-  mgpu::HostBuffer<float> host_;   // [129,216]: the bucket's host copy
-  std::vector<std::unique_ptr<mgpu::Event>> ready_, copied_;  // per layer: backward done, copy down done
-  std::vector<int> waiting_;  // layers copied (or being copied) whose MPI sum has not started
+  mgpu::HostBuffer<float> host_;   // [max_elements]: the host copy of what is summed
+  std::vector<SliceCopy> slices_;  // started since the last finish(), in order
+  std::size_t summing_ = 0;        // slices_[0 .. summing_) have their MPI sum started
+  std::vector<std::unique_ptr<mgpu::Event>> ready_, copied_;  // per slice: backward done, copy down done
   MpiRequests requests_;
 };
 
@@ -167,15 +197,15 @@ ncclUniqueId unique_id_from_rank0(const World& w) {
 // on a second stream as soon as an event says backward has produced it, while the compute
 // stream goes on with the earlier layers; finish() makes the compute stream wait for the last
 // sum, so the SGD step follows it, and the host never waits.
-class NcclAllreduce : public GradientAllreduce {
+class NcclAllreduce : public mgpu::Collective {
  public:
   NcclAllreduce(const World& w, const mgpu::Device& d)
       : device_(d), comm_stream_(d), summed_(d), exceptions_before_(std::uncaught_exceptions()) {
     const ncclUniqueId id = unique_id_from_rank0(w);  // every rank must call this: it is an MPI_Bcast
     mgpu::activate(d);
     MGPU_CHECK_NCCL(ncclCommInitRank(&comm_, w.size, id, w.rank));
-    for (int l = 0; l < lenet::kLayers; ++l) ready_.push_back(std::make_unique<mgpu::Event>(d));
   }
+  std::string name() const override { return "nccl"; }
   // When an error on this rank unwinds the stack, the other ranks may never join another
   // collective: waiting for them (ncclCommFinalize) could wait forever, so the communicator is
   // aborted instead, before main() reports the error and calls MPI_Abort.
@@ -192,19 +222,21 @@ class NcclAllreduce : public GradientAllreduce {
     wait_watching_nccl(d);
   }
 
- protected:
-  void reduce_bucket(lenet::Params& g) override {
-    mgpu::allreduce(comm_, device_, g.flat(), whole_bucket(), ncclSum);
+  void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
+    mgpu::allreduce(comm_, device_, only_buffer(buffers, "NcclAllreduce"), n, ncclSum);
   }
-  void start(lenet::Params& g, int layer) override {
-    const Slice s = layer_slice(layer);
-    ready_[layer]->record(device_);
-    ready_[layer]->make_wait(comm_stream_.device());
-    mgpu::allreduce(comm_, comm_stream_.device(), g.flat() + s.offset, s.count, ncclSum);
+  void start(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
+    float* data = only_buffer(buffers, "NcclAllreduce");
+    if (started_ == ready_.size()) ready_.push_back(std::make_unique<mgpu::Event>(device_));  // kept for later steps
+    mgpu::Event& ready = *ready_[started_++];
+    ready.record(device_);  // backward has queued this slice's kernels up to here
+    ready.make_wait(comm_stream_.device());
+    mgpu::allreduce(comm_, comm_stream_.device(), data, n, ncclSum);
   }
-  void wait_started(lenet::Params&) override {
+  void finish() override {
     summed_.record(comm_stream_.device());
     summed_.make_wait(device_);
+    started_ = 0;
   }
 
  private:
@@ -231,7 +263,8 @@ class NcclAllreduce : public GradientAllreduce {
   mgpu::Device device_;
   mgpu::SideStream comm_stream_;  // the same GPU, the stream the overlapped sums run on
   ncclComm_t comm_ = nullptr;
-  std::vector<std::unique_ptr<mgpu::Event>> ready_;  // per layer: "its gradient is computed"
+  std::vector<std::unique_ptr<mgpu::Event>> ready_;  // per started slice: "its gradient is computed"
+  std::size_t started_ = 0;                          // slices started since the last finish()
   mgpu::Event summed_;                               // "every started sum is done"
   int exceptions_before_;                          // std::uncaught_exceptions() when made
 };
@@ -240,24 +273,24 @@ class NcclAllreduce : public GradientAllreduce {
 
 }  // namespace
 
-Collective default_collective() { return nccl_available() ? Collective::Nccl : Collective::Mpi; }
+CollectiveKind default_collective() { return nccl_available() ? CollectiveKind::Nccl : CollectiveKind::Mpi; }
 
-Collective choose_collective(const World& w, Collective wanted, bool explicitly, int ranks_per_gpu,
-                            std::string* note) {
+CollectiveKind choose_collective(const World& w, CollectiveKind wanted, bool explicitly, int ranks_per_gpu,
+                                std::string* note) {
   // Decided together: one rank on a GPU of its own and another sharing one must still agree.
   const int most_sharing = static_cast<int>(max_over_ranks(w, ranks_per_gpu));
-  if (wanted != Collective::Nccl || most_sharing <= 1) return wanted;
+  if (wanted != CollectiveKind::Nccl || most_sharing <= 1) return wanted;
   const std::string why = std::to_string(most_sharing) +
                           " ranks share a GPU, and NCCL refuses two ranks of one communicator on one GPU";
   if (explicitly)
     throw mgpu::Error("--collective nccl: " + why + "; start at most one rank per GPU, or use --collective mpi");
   if (note) *note = why + ": the gradients are summed with MPI, staged through the host (one rank per GPU uses NCCL)";
-  return Collective::Mpi;
+  return CollectiveKind::Mpi;
 }
 
-std::unique_ptr<GradientAllreduce> make_allreduce(Collective kind, const World& w, const mgpu::Device& d,
-                                                  int ranks_per_gpu) {
-  if (kind == Collective::Mpi) return std::make_unique<MpiAllreduce>(w, d);
+std::unique_ptr<mgpu::Collective> make_allreduce(CollectiveKind kind, const World& w, const mgpu::Device& d,
+                                                 int ranks_per_gpu) {
+  if (kind == CollectiveKind::Mpi) return std::make_unique<MpiAllreduce>(w, d, whole_bucket().count);
   // choose_collective() has already refused this for an explicit request; this is the last guard.
 #if MGPU_CUDA && MGPU_HAVE_NCCL
   if (ranks_per_gpu > 1)

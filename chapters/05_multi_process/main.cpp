@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "collective.h"
-#include "common/fashion_mnist.h"
-#include "common/program.h"
-#include "common/report.h"
-#include "multi_process.h"
-#include "options.h"
-#include "rank_device.h"
-#include "world.h"
+#include "collective.h"  // make_allreduce: MPI or NCCL between the ranks
+#include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
+#include "options.h"  // the chapter's flags, and the settings every rank must agree on
+#include "rank_device.h"  // RankDevice: this rank's one device
+#include "train.h"  // train, profile_steps: one rank's epoch loop and step
+#include "world.h"  // World, MpiSession: the ranks and MPI's life cycle
 
 namespace {
 
@@ -140,7 +140,7 @@ void run(const mp::World& w, mp::Config c) {
     throw mp::StoppedTogether(differ, /*failed_rank=*/0, /*failed_here=*/false);  // said once, above
   }
 
-  const std::unique_ptr<mp::GradientAllreduce> allreduce =
+  const std::unique_ptr<mgpu::Collective> allreduce =
       mp::make_allreduce(c.collective, w, d, rank_device.ranks_per_gpu());
   std::optional<mgpu::TrainingLog> log;
   if (w.rank == 0) log.emplace(mp::kChapter.name, run_name(w, c), c.o, w.size, data.train.count);

@@ -130,8 +130,8 @@ set key outside right top font ',9'
 set style fill solid 0.8 border -1
 row(rank, lane) = 2 * rank + (lane eq 'device' ? 1 : 0)
 is(what, prefix) = strstrt(what, prefix) == 1
-# The span kinds, each its own colour; zero-length spans ("layer 3 complete", "MPI sum of layer
-# 3 started" is a short call) are drawn as ticks.
+# The span kinds, each its own colour; zero-length spans ("layer 3 complete"; "MPI sum 1
+# started" is a short call) are drawn as ticks.
 do for [m in 'off on'] {
   set title sprintf('overlap %s', m)
   set xrange [0:*]

@@ -53,8 +53,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args, int world_s
     };
   };
   flags["--collective"] = [&c](const std::string& flag, const std::string& v) -> std::string {
-    if (v == "mpi") c.collective = Collective::Mpi;
-    else if (v == "nccl") c.collective = Collective::Nccl;
+    if (v == "mpi") c.collective = CollectiveKind::Mpi;
+    else if (v == "nccl") c.collective = CollectiveKind::Nccl;
     else return flag + " must be 'nccl' or 'mpi', got '" + v + "'";
     c.collective_given = true;
     return "";
@@ -95,7 +95,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, int world_s
   else if (c.o.batch_size < world_size)
     r.error = "--batch-size " + std::to_string(c.o.batch_size) + " is smaller than the " + K +
               " processes: every rank needs at least one example of every full batch";
-  else if (c.collective == Collective::Nccl && !nccl_available())
+  else if (c.collective == CollectiveKind::Nccl && !nccl_available())
     r.error = std::string("--collective nccl needs a cuda build with NCCL; this is the ") + mgpu::kBackendName +
               " build: use --collective mpi";
   else if (fail_rank_given != fail_step_given)
@@ -136,7 +136,7 @@ Settings settings_to_agree_on(const Config& c) {
       {"--seed", std::to_string(o.seed)},
       {"--eval", o.eval_all_devices ? "all" : "device0"},
       // An explicit nccl is refused where ranks share a GPU; the default falls back to mpi.
-      {"--collective", c.collective == Collective::Nccl && !c.collective_given ? "nccl (the default)"
+      {"--collective", c.collective == CollectiveKind::Nccl && !c.collective_given ? "nccl (the default)"
                                                                                 : collective_name(c.collective)},
       {"--overlap", c.overlap ? "on" : "off"},
       {"--checkpoint", c.checkpoint.empty() ? none : c.checkpoint},

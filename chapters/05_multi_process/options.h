@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/cli.h"
-#include "multi_process.h"
+#include "train.h"
 
 namespace mp {
 

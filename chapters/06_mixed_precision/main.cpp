@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <string>
 
-#include "common/cli.h"
-#include "common/device.h"
-#include "common/program.h"
-#include "common/report.h"
-#include "training.h"
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
+#include "train.h"  // MixedTrainer, train: the mixed-precision step and its epoch loop
 
 int main(int argc, char** argv) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)

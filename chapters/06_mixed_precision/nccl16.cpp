@@ -9,8 +9,8 @@
 
 namespace mixed {
 
-Nccl16Allreduce::Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format)
-    : devices_(devices), format_(format), comms_(devices.size(), nullptr),
+Nccl16Allreduce::Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements)
+    : devices_(devices), format_(format), max_elements_(max_elements), comms_(devices.size(), nullptr),
       exceptions_before_(std::uncaught_exceptions()) {
   if (format != Precision::BF16 && format != Precision::FP16)
     throw mgpu::Error("Nccl16Allreduce: the wire format must be bf16 or fp16");
@@ -20,7 +20,7 @@ Nccl16Allreduce::Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision forma
       throw mgpu::Error("--allreduce nccl: devices " + std::to_string(i) + " and another share cuda:" +
                         std::to_string(devices[i].gpu) + "; NCCL needs one GPU per device");
     gpus.push_back(devices[i].gpu);
-    wire_.emplace_back(devices[i], static_cast<std::size_t>(lenet::flat_count()));
+    wire_.emplace_back(devices[i], max_elements);
   }
   MGPU_CHECK_NCCL(ncclCommInitAll(comms_.data(), devices.size(), gpus.data()));
 }
@@ -33,23 +33,25 @@ Nccl16Allreduce::~Nccl16Allreduce() {
   }
 }
 
-void Nccl16Allreduce::run(std::vector<dp::Replica>& replicas) {
-  const std::int64_t n = lenet::flat_count();
+void Nccl16Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
+  if (data.size() != comms_.size()) throw mgpu::Error("Nccl16Allreduce: one buffer per device expected");
+  if (n.count > max_elements_)
+    throw mgpu::Error("Nccl16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
+                      std::to_string(max_elements_) + " it was made for");
+  const std::int64_t count = static_cast<std::int64_t>(n.count);
   const ncclDataType_t type = format_ == Precision::FP16 ? ncclFloat16 : ncclBfloat16;
-  for (std::size_t i = 0; i < replicas.size(); ++i)
-    encode(*replicas[i].device, format_, replicas[i].grads.flat(), wire_[i].data(), n);
+  for (std::size_t i = 0; i < data.size(); ++i) encode(devices_[int(i)], format_, data[i], wire_[i].data(), count);
   // Chapter 04's group: the k calls queue, ncclGroupEnd launches them together. NCCL counts
   // elements of `type`: n 16-bit values, never bytes.
   MGPU_CHECK_NCCL(ncclGroupStart());
-  for (std::size_t i = 0; i < replicas.size(); ++i) {
-    mgpu::activate(*replicas[i].device);
-    MGPU_CHECK_NCCL_COMM(ncclAllReduce(wire_[i].data(), wire_[i].data(), static_cast<std::size_t>(n), type, ncclSum,
-                                       comms_[i], replicas[i].device->stream),
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const mgpu::Device& d = devices_[int(i)];
+    mgpu::activate(d);
+    MGPU_CHECK_NCCL_COMM(ncclAllReduce(wire_[i].data(), wire_[i].data(), n.count, type, ncclSum, comms_[i], d.stream),
                          comms_[i]);
   }
   MGPU_CHECK_NCCL(ncclGroupEnd());
-  for (std::size_t i = 0; i < replicas.size(); ++i)
-    decode(*replicas[i].device, format_, wire_[i].data(), replicas[i].grads.flat(), n);
+  for (std::size_t i = 0; i < data.size(); ++i) decode(devices_[int(i)], format_, wire_[i].data(), data[i], count);
 }
 
 }  // namespace mixed

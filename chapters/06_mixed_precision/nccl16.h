@@ -8,26 +8,26 @@
 #include <cstdint>
 #include <vector>
 
-#include "../02_data_parallel/data_parallel.h"
+#include "common/collective.h"
 #include "formats.h"
 
 namespace mixed {
 
-class Nccl16Allreduce : public dp::GradientAllreduce {
+class Nccl16Allreduce : public mgpu::Collective {
  public:
   // One communicator per device; every device on its own GPU (NCCL refuses two on one).
-  Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format);
+  // max_elements: the largest buffer run() will be given (each device keeps its 16-bit copy).
+  Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements);
   ~Nccl16Allreduce() override;
-  Nccl16Allreduce(const Nccl16Allreduce&) = delete;
-  Nccl16Allreduce& operator=(const Nccl16Allreduce&) = delete;
+  std::string name() const override { return "nccl16"; }
 
-  // Encode every replica's flat bucket, one grouped 16-bit ncclAllReduce (sum), decode.
-  void run(std::vector<dp::Replica>& replicas) override;
-  lenet::Layout layout() const override { return lenet::Layout::Flat; }
+  // data[i] (n fp32 values on devices[i]): encoded, one grouped 16-bit ncclAllReduce (sum), decoded.
+  void run(const std::vector<float*>& data, mgpu::Elements n) override;
 
  private:
   const mgpu::DeviceSet& devices_;
   Precision format_;
+  std::size_t max_elements_;
   std::vector<ncclComm_t> comms_;
   std::vector<mgpu::Buffer<std::uint16_t>> wire_;  // per device: its bucket in 16 bits
   int exceptions_before_;                          // as chapter 04's: abort, not finalize, while unwinding

@@ -11,7 +11,7 @@ using mgpu::Elements;
 Ring16Allreduce::Ring16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements)
     : devices_(devices),
       format_(format),
-      max_elements_(max_elements ? max_elements : std::size_t(lenet::flat_count())) {
+      max_elements_(max_elements) {
   if (format != Precision::BF16 && format != Precision::FP16)
     throw mgpu::Error("Ring16Allreduce: the wire format must be bf16 or fp16");
   const std::size_t largest_chunk = ring::chunk_of(Elements{max_elements_}, devices.size(), 0).count;
@@ -81,10 +81,6 @@ void Ring16Allreduce::run(const std::vector<float*>& data, Elements n) {
   // 16 bits -> fp32. With one device this is the rounding alone: the same gradient a k-device
   // run would see, so 1 and k devices stay comparable.
   for (int i = 0; i < devices_.size(); ++i) decode(devices_[i], format_, wire_[i].data(), data[i], count);
-}
-
-void Ring16Allreduce::run(std::vector<dp::Replica>& replicas) {
-  run(dp::flat_gradients(replicas), Elements{static_cast<std::size_t>(lenet::flat_count())});
 }
 
 }  // namespace mixed

@@ -12,27 +12,24 @@
 #include <memory>
 #include <vector>
 
-#include "../03_ring_allreduce/ring.h"
+#include "../03_ring_allreduce/ring.h"  // chapter 03's ring and its chunks: the lesson is that ring in 16 bits
+#include "common/collective.h"
 #include "formats.h"
 
 namespace mixed {
 
-class Ring16Allreduce : public dp::GradientAllreduce {
+class Ring16Allreduce : public mgpu::Collective {
  public:
-  // `format`: BF16 or FP16. max_elements: the largest buffer run() will be given (by default
-  // LeNet's flat bucket).
-  Ring16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements = 0);
+  // `format`: BF16 or FP16. max_elements: the largest buffer run() will be given.
+  Ring16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements);
   ~Ring16Allreduce() override;  // waits for the devices: queued copies may still use the buffers
-  Ring16Allreduce(const Ring16Allreduce&) = delete;
-  Ring16Allreduce& operator=(const Ring16Allreduce&) = delete;
+  std::string name() const override { return "ring16"; }
 
   // data[i] (n fp32 values on devices[i]): afterwards every data[i] holds the sum, as it came
   // out of the 16-bit ring. Only queues work, as chapter 03's ring.
-  void run(const std::vector<float*>& data, mgpu::Elements n);
+  void run(const std::vector<float*>& data, mgpu::Elements n) override;
   // The ring itself, on 16-bit values: wire[i] (n of them on devices[i]) ends holding the sum.
   void run16(const std::vector<std::uint16_t*>& wire, mgpu::Elements n);
-  void run(std::vector<dp::Replica>& replicas) override;
-  lenet::Layout layout() const override { return lenet::Layout::Flat; }
 
  private:
   // One half of the ring, k - 1 steps: in step s device i receives from device i - 1 the chunk

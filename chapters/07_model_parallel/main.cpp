@@ -10,14 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "common/batches.h"
-#include "common/cli.h"
-#include "common/fashion_mnist.h"
-#include "common/program.h"
-#include "common/report.h"
-#include "common/timer.h"
-#include "../02_data_parallel/data_parallel.h"  // dp::check_batches_fit
-#include "pipeline.h"
+#include "common/batches.h"  // largest_batch, ShuffledBatches, check_batches_fit
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
+#include "common/timer.h"  // steady_seconds
+#include "pipeline.h"  // Pipeline: stages on devices, GPipe and 1F1B schedules, the hybrid
 
 namespace {
 
@@ -159,7 +158,7 @@ int main(int argc, char** argv) {
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
-    dp::check_batches_fit(data.train.count, o.batch_size, R);  // every replica gets part of every batch
+    mgpu::check_batches_fit(data.train.count, o.batch_size, R);  // every replica gets part of every batch
 
     pp::Pipeline pipeline(config, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count));
     std::printf("backend %s, %d stage(s) x %d replica(s), schedule %s, %d micro-batch(es) of up to %d images\n%s",

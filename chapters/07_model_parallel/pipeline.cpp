@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "../02_data_parallel/data_parallel.h"  // dp::shard_sizes, dp::Allreduce (the hybrid's collective)
+#include "../02_data_parallel/data_parallel.h"  // dp::Allreduce: the hybrid sums each stage with chapter 02's collective
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
 namespace pp {
@@ -243,7 +243,7 @@ Pipeline::Pipeline(const PipelineConfig& config, const lenet::HostParams& init, 
   const int k = stages(), R = replicas(), m = config.micro_batches;
   if (R < 1 || m < 1 || batch_size < 1) throw mgpu::Error("Pipeline: need replicas, micro-batches and a batch size >= 1");
   if (config.schedule == Schedule::Naive && m != 1) throw mgpu::Error("Pipeline: the naive schedule has one micro-batch");
-  capacity_ = dp::shard_sizes(std::max(batch_size, R * std::min(m, batch_size)), R)[0];  // a replica's part
+  capacity_ = mgpu::shard_sizes(std::max(batch_size, R * std::min(m, batch_size)), R)[0];  // a replica's part
   capacity_ = (capacity_ + std::min(m, capacity_) - 1) / std::min(m, capacity_);          // its largest micro-batch
   // Stage s of every replica lives in one DeviceSet, so that a collective of earlier chapters
   // (made for a DeviceSet) can sum that stage's gradients across the replicas. cpu: the cores
@@ -267,8 +267,8 @@ Pipeline::Pipeline(const PipelineConfig& config, const lenet::HostParams& init, 
   }
   if (R > 1)  // the hybrid: one collective per stage, across that stage's R devices
     for (int s = 0; s < k; ++s)
-      allreduce_.push_back(std::make_unique<dp::Allreduce>(*devices_[s], lenet::Layout::Flat,
-                                                           replicas_[0]->stages[s]->grad_storage.size()));
+      allreduce_.push_back(
+          std::make_unique<dp::Allreduce>(*devices_[s], replicas_[0]->stages[s]->grad_storage.size()));
 }
 
 Pipeline::~Pipeline() {
@@ -517,10 +517,10 @@ void Pipeline::step(int first, int n, float lr, std::vector<Span>* timeline) {
   const int k = stages(), R = replicas();
   Marks marks;
   Marks* record = timeline ? &marks : nullptr;
-  const std::vector<int> parts = dp::shard_sizes(n, R);  // the batch across the replicas
+  const std::vector<int> parts = mgpu::shard_sizes(n, R);  // the batch across the replicas
   for (int r = 0, start = first; r < R; start += parts[r], ++r) {
     const int m = std::min(config_.micro_batches, parts[r]);
-    const std::vector<int> sizes = dp::shard_sizes(parts[r], m);
+    const std::vector<int> sizes = mgpu::shard_sizes(parts[r], m);
     if (sizes[0] > capacity_) throw mgpu::Error("Pipeline::step: a micro-batch larger than the pipeline was made for");
     std::vector<std::vector<Op>> ops;
     for (int s = 0; s < k; ++s) ops.push_back(stage_ops(m == 1 ? Schedule::Naive : config_.schedule, s, k, m));
@@ -587,7 +587,7 @@ double Pipeline::evaluate(const mgpu::LabeledImages& test, int batch_size) {
   const int chunk = std::min(batch_size, capacity_ * std::min(config_.micro_batches, capacity_));
   for (int first = 0; first < test.count; first += chunk) {
     const int n = std::min(chunk, test.count - first);
-    const std::vector<int> sizes = dp::shard_sizes(n, std::min(config_.micro_batches, n));
+    const std::vector<int> sizes = mgpu::shard_sizes(n, std::min(config_.micro_batches, n));
     std::vector<std::vector<Op>> ops(stages());  // forward passes only
     for (auto& o : ops)
       for (int j = 0; j < static_cast<int>(sizes.size()); ++j) o.push_back({Op::Forward, j});

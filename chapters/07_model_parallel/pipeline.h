@@ -19,12 +19,9 @@
 #include <vector>
 
 #include "../01_lenet/lenet.h"
+#include "common/collective.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
-
-namespace dp {
-class Allreduce;  // chapter 02's collective (data_parallel.h)
-}
 
 namespace pp {
 
@@ -150,7 +147,7 @@ class Pipeline {
   std::vector<int> bounds_;                               // stage s: layers [bounds_[s], bounds_[s + 1])
   std::vector<std::unique_ptr<mgpu::DeviceSet>> devices_;  // [stage]: its R replicas' devices
   std::vector<std::unique_ptr<Replica>> replicas_;
-  std::vector<std::unique_ptr<dp::Allreduce>> allreduce_;  // [stage], when R > 1
+  std::vector<std::unique_ptr<mgpu::Collective>> allreduce_;  // [stage], when R > 1: chapter 02's dp::Allreduce
   int capacity_;  // the largest micro-batch
   int timed_steps_ = 0;
 };

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/device.h"
-#include "common/program.h"
-#include "common/report.h"
-#include "parameter_server.h"
-#include "train.h"
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
+#include "parameter_server.h"  // ParameterServer: shards, pull and push, bsp/asp/ssp
+#include "train.h"  // train: workers on threads, the epoch loop
 
 namespace {
 

@@ -407,12 +407,12 @@ Traffic ParameterServer::traffic() const {
 // ---- Workers ---------------------------------------------------------------------------------
 
 std::vector<WorkItem> epoch_work(int train_examples, int batch_size, int workers) {
-  dp::check_batches_fit(train_examples, batch_size, workers);
+  mgpu::check_batches_fit(train_examples, batch_size, workers);
   std::vector<WorkItem> items;
   for (int first = 0, b = 0; first < train_examples; first += batch_size, ++b) {
     const int n = std::min(batch_size, train_examples - first);
     int start = first;
-    for (int size : dp::shard_sizes(n, workers)) {
+    for (int size : mgpu::shard_sizes(n, workers)) {
       items.push_back({b, start, size, n});
       start += size;
     }

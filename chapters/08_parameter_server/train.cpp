@@ -34,7 +34,7 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
   std::vector<dp::DeviceData> train_data;
   replicas.reserve(k);
   train_data.reserve(k);
-  const int largest_piece = dp::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];
+  const int largest_piece = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];
   for (int w : placement.worker_devices()) {
     replicas.emplace_back(devices[w], init, largest_piece, lenet::Layout::Flat);
     train_data.emplace_back(devices[w], data.train);

@@ -5,12 +5,12 @@
 #include <string>
 
 #include "common/batches.h"  // largest_batch
-#include "common/cli.h"
-#include "common/device.h"
-#include "common/fashion_mnist.h"
-#include "common/program.h"
-#include "common/report.h"
-#include "train.h"
+#include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
+#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
+#include "train.h"  // train, profile_step: ResNet-18's epoch loop (train.cpp); the network in resnet.h
 
 int main(int argc, char** argv) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)

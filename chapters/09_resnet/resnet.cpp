@@ -245,7 +245,7 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
       // BEGIN EXERCISE ex09.sync_batch_norm
       std::vector<float*> sums;
       for (Replica& r : s.replicas) sums.push_back(r.bn_sums[bn.id].data() + half * C);
-      s.allreduce(sums, mgpu::Elements{std::size_t(C)});
+      s.allreduce.run(sums, mgpu::Elements{std::size_t(C)});
       // END EXERCISE ex09.sync_batch_norm
     };
     for_each_replica(s, [&](Replica& r) {
@@ -291,7 +291,7 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
     // two sums that carry that back are the whole batch's too.
     std::vector<float*> sums;
     for (Replica& r : s.replicas) sums.push_back(r.bn_sums[bn.id].data());
-    s.allreduce(sums, mgpu::Elements{std::size_t(2) * C});
+    s.allreduce.run(sums, mgpu::Elements{std::size_t(2) * C});
   }
   for_each_replica(s, [&](Replica& r) {
     const double count = sync ? total_values(s, bn.side) : double(values(r));

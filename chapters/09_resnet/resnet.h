@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../01_lenet/lenet.h"
+#include "common/collective.h"
 #include "common/device.h"
 #include "layers.h"
 
@@ -110,10 +111,6 @@ std::vector<float> init_state(const Network& net);
 //              whole batch
 enum class BatchNormMode { PerDevice, Sync };
 
-// Sums data[i] (n floats on device i) over the devices, leaving the sum everywhere: chapter
-// 02's, 03's or 04's collective (train.cpp chooses).
-using Allreduce = std::function<void(const std::vector<float*>& data, mgpu::Elements n)>;
-
 // Everything one device holds: the model, its gradients and running statistics (one flat
 // allocation each), the batch's shard, every activation of a forward pass for up to `capacity`
 // images, and scratch.
@@ -152,7 +149,7 @@ struct Devices {
   const Network& net;
   std::vector<Replica>& replicas;
   BatchNormMode bn;
-  Allreduce allreduce;
+  mgpu::Collective& allreduce;  // chapter 02's, 03's or 04's collective (train.cpp chooses)
 };
 
 // Logits [10][n] of every replica's n images (r.x), in training mode (batch statistics, running

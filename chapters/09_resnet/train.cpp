@@ -21,37 +21,27 @@ namespace {
 
 using i64 = std::int64_t;
 
-// The collective, made once for the run, as a resnet::Allreduce. `elements`: the largest
-// buffer it will be given (the gradient bucket).
-struct Collectives {
-  Collectives(const mgpu::DeviceSet& devices, Collective c, std::size_t elements) {
-    switch (c) {
-      case Collective::Ring: ring_ = std::make_unique<ring::RingAllreduce>(devices, elements); break;
-      case Collective::Naive: naive_ = std::make_unique<dp::Allreduce>(devices, lenet::Layout::Flat, elements); break;
-      case Collective::Nccl:
+// The collective, made once for the run. `elements`: the largest buffer it will be given (the
+// gradient bucket, or SyncBN's 2C sums).
+std::unique_ptr<mgpu::Collective> make_collective(const mgpu::DeviceSet& devices, CollectiveKind c,
+                                                  std::size_t elements) {
+  switch (c) {
+    case CollectiveKind::Ring: return std::make_unique<ring::RingAllreduce>(devices, elements);
+    case CollectiveKind::Naive: return std::make_unique<dp::Allreduce>(devices, elements);
+    case CollectiveKind::Nccl:
 #if MGPU_HAVE_NCCL
-        nccl_ = std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
-        break;
+      return std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
 #else
-        throw mgpu::Error("--allreduce nccl: this build has no NCCL");
+      throw mgpu::Error("--allreduce nccl: this build has no NCCL");
 #endif
-    }
   }
-  Allreduce function() {
-    return [this](const std::vector<float*>& data, mgpu::Elements n) {
-      if (ring_) ring_->run(data, n);
-      if (naive_) naive_->run(data, n);
-#if MGPU_HAVE_NCCL
-      if (nccl_) nccl_->run(data, n);
-#endif
-    };
-  }
-  std::unique_ptr<ring::RingAllreduce> ring_;
-  std::unique_ptr<dp::Allreduce> naive_;
-#if MGPU_HAVE_NCCL
-  std::unique_ptr<nccl::NcclAllreduce> nccl_;
-#endif
-};
+  throw mgpu::Error("make_collective: unknown collective");
+}
+
+// The largest buffer a step hands the collective: the gradient bucket, or a BatchNorm's 2C sums.
+std::size_t largest_sum(const Network& net) {
+  return std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels);
+}
 
 // Refuses, with the figures, a run the devices' memory cannot hold, before anything is allocated
 // (at --width 512 the allocations alone took most of a minute before they failed, at 1024 the
@@ -87,7 +77,7 @@ std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network
 // d2l's split_batch: the n examples order[first .. first + n) of the epoch, shard i (the next
 // shard_sizes(n, k)[i] of them) gathered by device i from its own copy of the data.
 void split_batch(std::vector<dp::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
-  const std::vector<int> sizes = dp::shard_sizes(n, static_cast<int>(replicas.size()));
+  const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(replicas.size()));
   int start = first;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     Replica& r = replicas[i];
@@ -107,7 +97,7 @@ void train_batch(Devices& s, std::vector<dp::DeviceData>& data, int first, int n
   backward(s);
   std::vector<float*> grads;
   for (Replica& r : s.replicas) grads.push_back(r.grads.data());
-  s.allreduce(grads, mgpu::Elements{std::size_t(s.net.param_floats)});
+  s.allreduce.run(grads, mgpu::Elements{std::size_t(s.net.param_floats)});
   for (Replica& r : s.replicas)
     lenet::sgd_update(*r.device, r.params.data(), r.grads.data(), s.net.param_floats, lr / n);
 }
@@ -176,11 +166,11 @@ void write_tensors(const Network& net, const std::vector<TensorInfo>& table, con
 
 }  // namespace
 
-std::string name_of(Collective c) {
+std::string name_of(CollectiveKind c) {
   switch (c) {
-    case Collective::Ring: return "ring";
-    case Collective::Naive: return "naive";
-    case Collective::Nccl: return "nccl";
+    case CollectiveKind::Ring: return "ring";
+    case CollectiveKind::Naive: return "naive";
+    case CollectiveKind::Nccl: return "nccl";
   }
   return "?";
 }
@@ -213,9 +203,9 @@ mgpu::FlagTable resnet_flags(ResnetOptions& ro) {
        }},
       {"--allreduce",
        [&ro](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "ring") ro.collective = Collective::Ring;
-         else if (v == "naive") ro.collective = Collective::Naive;
-         else if (v == "nccl") ro.collective = Collective::Nccl;
+         if (v == "ring") ro.collective = CollectiveKind::Ring;
+         else if (v == "naive") ro.collective = CollectiveKind::Naive;
+         else if (v == "nccl") ro.collective = CollectiveKind::Nccl;
          else return flag + " must be 'ring', 'naive' or 'nccl', got '" + v + "'";
          ro.collective_given = true;
          return "";
@@ -247,23 +237,22 @@ std::string resolve_collective(ResnetOptions& ro, int devices) {
   const bool nccl_fits = false;
   const char* why_not = "--allreduce nccl needs the cuda build with NCCL: use --allreduce ring";
 #endif
-  if (!ro.collective_given) ro.collective = nccl_fits ? Collective::Nccl : Collective::Ring;
-  if (ro.collective == Collective::Nccl && !nccl_fits) return why_not;
+  if (!ro.collective_given) ro.collective = nccl_fits ? CollectiveKind::Nccl : CollectiveKind::Ring;
+  if (ro.collective == CollectiveKind::Nccl && !nccl_fits) return why_not;
   return "";
 }
 
 void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
            const ResnetOptions& ro, mgpu::TrainingLog& log) {
   const int k = devices.size();
-  dp::check_batches_fit(data.train.count, o.batch_size, k);
+  mgpu::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  const int capacity = dp::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
+  const int capacity = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
   check_memory(devices, net, capacity, data);
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
-  Collectives collectives(devices, ro.collective,
-                          std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
-  Devices s{net, replicas, ro.bn, collectives.function()};
+  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
+  Devices s{net, replicas, ro.bn, *collective};
 
   std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // once per run
   std::vector<lenet::DeviceImages> test_data;
@@ -298,15 +287,14 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
 StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                          const ResnetOptions& ro) {
   const int k = devices.size(), n = mgpu::largest_batch(o.batch_size, data.train.count);
-  dp::check_batches_fit(n, n, k);
+  mgpu::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  check_memory(devices, net, dp::shard_sizes(n, k)[0], data);
+  check_memory(devices, net, mgpu::shard_sizes(n, k)[0], data);
   std::vector<Replica> replicas =
-      make_replicas(devices, net, dp::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
-  Collectives collectives(devices, ro.collective,
-                          std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
-  Devices s{net, replicas, ro.bn, collectives.function()};
+      make_replicas(devices, net, mgpu::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
+  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
+  Devices s{net, replicas, ro.bn, *collective};
   std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
   train_batch(s, train_data, 0, n, o.lr);  // the first step pays one-time costs: not timed
   devices.synchronize();
@@ -327,16 +315,15 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   if (n > data.train.count)
     throw mgpu::Error("--dump-step: --batch-size " + std::to_string(n) + " is more than the " +
                       std::to_string(data.train.count) + " training images");
-  dp::check_batches_fit(n, n, k);
+  mgpu::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  const std::vector<int> sizes = dp::shard_sizes(n, k);
+  const std::vector<int> sizes = mgpu::shard_sizes(n, k);
   check_memory(devices, net, sizes[0], data);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
-  Collectives collectives(devices, ro.collective,
-                          std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels));
-  Devices s{net, replicas, ro.bn, collectives.function()};
+  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
+  Devices s{net, replicas, ro.bn, *collective};
   std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
 
   split_batch(train_data, 0, n, replicas);
@@ -346,7 +333,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   backward(s);
   std::vector<float*> grads;
   for (Replica& r : replicas) grads.push_back(r.grads.data());
-  s.allreduce(grads, mgpu::Elements{std::size_t(net.param_floats)});
+  s.allreduce.run(grads, mgpu::Elements{std::size_t(net.param_floats)});
   devices.synchronize();
 
   const std::filesystem::path dir = ro.dump_step;

@@ -19,15 +19,15 @@ namespace resnet {
 //   Ring   chapter 03's ring (every backend)
 //   Naive  chapter 02's: everything through device 0
 //   Nccl   chapter 04's ncclAllReduce (the cuda build with NCCL, one device per GPU)
-enum class Collective { Ring, Naive, Nccl };
-std::string name_of(Collective c);
+enum class CollectiveKind { Ring, Naive, Nccl };
+std::string name_of(CollectiveKind c);
 std::string name_of(BatchNormMode m);
 
 // This chapter's own flags, beside the shared ones.
 struct ResnetOptions {
   int width = 64;
   BatchNormMode bn = BatchNormMode::PerDevice;
-  Collective collective = Collective::Ring;
+  CollectiveKind collective = CollectiveKind::Ring;
   bool collective_given = false;  // --allreduce given (else: NCCL where it can run, the ring elsewhere)
   mgpu::GemmPrecision precision = mgpu::GemmPrecision::Fp32;  // --precision: the GEMMs' (cuda build)
   std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py

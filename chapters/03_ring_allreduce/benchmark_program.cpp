@@ -1,6 +1,6 @@
 // The allreduce benchmark as a program: its command line, the measured tables, and the cost
 // model beside them. Chapter 03's 03_allreduce_bench compares naive and ring; chapter 04's
-// adds NCCL by passing one more algorithm.
+// adds NCCL by passing one more collective.
 
 #include <algorithm>
 #include <cstdio>
@@ -264,7 +264,7 @@ MemoryNeed memory_needed(const Settings& settings, int devices, int gpus) {
   return need;
 }
 
-int main_program(int argc, char** argv, const std::string& program, const AlgorithmFactory& make_algorithms,
+int main_program(int argc, char** argv, const std::string& program, const CollectiveFactory& make_collectives,
                  const Settings& defaults) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const Settings settings = parse_command_line(argc, argv, program, defaults);
@@ -290,7 +290,7 @@ int main_program(int argc, char** argv, const std::string& program, const Algori
     for (int k : settings.device_counts) {
       const mgpu::DeviceSet devices(k);
       std::printf("\n%s%s", devices.mapping().c_str(), mgpu::enable_peer_access(devices).c_str());
-      const std::vector<Measurement> r = run_benchmark(devices, settings, make_algorithms);
+      const std::vector<Measurement> r = run_benchmark(devices, settings, make_collectives);
       results.insert(results.end(), r.begin(), r.end());
     }
 

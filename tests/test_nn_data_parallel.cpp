@@ -1,4 +1,4 @@
-// Chapter 02's DataParallel-style trainer (dataparallel.h): k devices compute what one device
+// Chapter 02's DataParallel-style trainer (nn_data_parallel.h): k devices compute what one device
 // computes, and every byte it moves between devices is the one its header's formula says.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "../chapters/02_data_parallel/dataparallel.h"
+#include "../chapters/02_data_parallel/nn_data_parallel.h"
 #include "common/random.h"
 #include "data_parallel_checks.h"
 #include "helpers.h"
@@ -32,11 +32,11 @@ struct Setup {
 // The header's formulas, written out: bytes moved by a step of n on k devices, and device 0's
 // extra bytes for batches of up to b.
 std::size_t bytes_per_step(int n, int k) {
-  const std::size_t rest = n - dp::shard_sizes(n, k)[0];  // examples not on device 0
+  const std::size_t rest = n - mgpu::shard_sizes(n, k)[0];  // examples not on device 0
   return 4 * (2 * (k - 1) * kF + rest * (28 * 28 + 10 + 10));
 }
 std::size_t device0_extra(int b, int k) {
-  const std::size_t rest = b - dp::shard_sizes(b, k)[0];
+  const std::size_t rest = b - mgpu::shard_sizes(b, k)[0];
   return 4 * (rest * (28 * 28 + 1) + 2 * 10 * b + 2 * b + b + 2 + (k > 1 ? kF : 0));
 }
 
@@ -51,8 +51,9 @@ TEST_CASE("DataParallel: 3 steps on k = 1, 2 and 3 devices give the parameters o
     const int steps = 3;
     const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
     mgpu::DeviceSet one_device(1);
-    dp::Allreduce allreduce(one_device);
-    const lenet::HostParams want = testing::train_steps(one_device, allreduce, set, batch, steps, 0.5f)[0];
+    dp::Allreduce allreduce(one_device, dp::largest_gradient_sum(lenet::Layout::PerTensor));
+    const lenet::HostParams want =
+        testing::train_steps(one_device, allreduce, lenet::Layout::PerTensor, set, batch, steps, 0.5f)[0];
     const lenet::HostParams init = lenet::init_params(7, 0.1f);
     for (int k : {1, 2, 3}) {
       CAPTURE(k);

@@ -18,6 +18,7 @@
 
 #include "../02_data_parallel/data_parallel.h"
 #include "common/cli.h"
+#include "common/collective.h"
 #include "common/report.h"
 #include "formats.h"
 #include "loss_scaler.h"
@@ -65,9 +66,9 @@ double ring_bytes_per_device(const MixedOptions& mo, int k);
 class MixedTrainer {
  public:
   // micro_batch: the examples of one micro-batch (--batch-size); `exchange` sums the gradients
-  // (made for the same devices, Flat layout).
+  // (made for the same devices, with room for the flat bucket: it is handed all of it at once).
   MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& mo, int micro_batch, const lenet::HostParams& init,
-               dp::GradientAllreduce& exchange);
+               mgpu::Collective& exchange);
 
   // One optimizer step on the n examples order[first .. first + n) of every device's data:
   // micro-batches of micro_batch examples (the last may be shorter), each split across the
@@ -93,7 +94,7 @@ class MixedTrainer {
   const mgpu::DeviceSet& devices_;
   MixedOptions mo_;
   int micro_batch_;
-  dp::GradientAllreduce& exchange_;
+  mgpu::Collective& exchange_;
   std::vector<dp::Replica> replicas_;
   std::vector<lenet::Params> working_;          // per device: the weights as the GEMMs read them
   std::vector<mgpu::Buffer<float>> found_inf_;  // per device: 1 when its gradients hold inf/NaN

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "../03_ring_allreduce/benchmark.h"
+#include "../03_ring_allreduce/benchmark.h"  // chapter 03's benchmark harness: this adds a column
 #include "common/backend.h"
 
 namespace {
@@ -24,20 +24,19 @@ bench::Settings chapter_defaults() {
 }  // namespace
 
 #if MGPU_HAVE_NCCL
-#include "nccl_allreduce.h"
+#include "nccl_allreduce.h"  // NcclAllreduce: the third column
 
 namespace {
 
-std::vector<bench::Algorithm> naive_ring_and_nccl(const mgpu::DeviceSet& devices, std::size_t max_elements) {
-  std::vector<bench::Algorithm> algorithms = bench::naive_and_ring(devices, max_elements);
+bench::Collectives naive_ring_and_nccl(const mgpu::DeviceSet& devices, std::size_t max_elements) {
+  bench::Collectives collectives = bench::naive_and_ring(devices, max_elements);
   if (nccl::usable_devices(devices.size()) < devices.size()) {
     std::printf("(%d devices on %d GPUs: NCCL needs one GPU per rank, so no nccl column here)\n", devices.size(),
                 mgpu::gpu_count());
-    return algorithms;
+    return collectives;
   }
-  auto nccl = std::make_shared<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
-  algorithms.push_back({"nccl", [nccl](const std::vector<float*>& data, mgpu::Elements n) { nccl->run(data, n); }});
-  return algorithms;
+  collectives.push_back(std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum));
+  return collectives;
 }
 
 }  // namespace

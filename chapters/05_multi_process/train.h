@@ -36,7 +36,7 @@ struct FaultInjection {
 
 struct Config {
   mgpu::Options o;  // the shared command line; o.devices is the number of ranks
-  Collective collective = Collective::Mpi;
+  CollectiveKind collective = CollectiveKind::Mpi;
   bool collective_given = false;  // --collective on the command line: no fallback from nccl to mpi
   bool overlap = true;     // start each layer's allreduce during backward
   std::string checkpoint;  // rank 0 writes it after every epoch; empty: never
@@ -57,7 +57,7 @@ struct RunResult {
 // fault there, or in writing a checkpoint after an epoch, stops every rank together (each
 // throws StoppedTogether, see world.h), the failing one with the message naming the file.
 RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
-                GradientAllreduce& allreduce, mgpu::TrainingLog* log);
+                mgpu::Collective& collective, mgpu::TrainingLog* log);
 
 // The end of a run, a step every rank takes together (together(), world.h): rank 0 writes the
 // CSV, the plot and the result line (`log`; nullptr on the other ranks, which write nothing),
@@ -94,6 +94,6 @@ struct Profile {
 // parameters; the device is synchronized between phases. Then traces one step of each, not
 // synchronized between phases (so that the sums can overlap), from an idle device.
 Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
-                      GradientAllreduce& allreduce, int steps);
+                      mgpu::Collective& collective, int steps);
 
 }  // namespace mp

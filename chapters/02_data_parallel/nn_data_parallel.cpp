@@ -1,4 +1,4 @@
-#include "dataparallel.h"
+#include "nn_data_parallel.h"
 
 #include <algorithm>
 #include <string>
@@ -17,7 +17,7 @@ const std::size_t kFlat = static_cast<std::size_t>(lenet::flat_count());  // F
 
 DataParallel::DataParallel(const DeviceSet& devices, const lenet::HostParams& init, int batch_size)
     : capacity_(batch_size),
-      chunk_(lenet::chunk_images(shard_sizes(batch_size, devices.size())[0])),
+      chunk_(lenet::chunk_images(mgpu::shard_sizes(batch_size, devices.size())[0])),
       batch_(devices[0], batch_size),
       logits_(devices[0], std::size_t(kClasses) * batch_size),
       dlogits_(devices[0], std::size_t(kClasses) * batch_size),
@@ -27,7 +27,7 @@ DataParallel::DataParallel(const DeviceSet& devices, const lenet::HostParams& in
       sums_(devices[0], 2),
       staging_(devices[0], devices.size() > 1 ? kFlat : 0) {
   const int k = devices.size();
-  const std::vector<int> largest = shard_sizes(batch_size, k);  // the shards of a whole batch
+  const std::vector<int> largest = mgpu::shard_sizes(batch_size, k);  // the shards of a whole batch
   for (int i = 0; i < k; ++i) {
     const Device& d = devices[i];
     Worker w;
@@ -72,7 +72,7 @@ void DataParallel::step(DeviceData& data, int first, int n, float lr) {
   if (first < 0 || first + n > data.images.count)
     throw mgpu::Error("DataParallel::step: examples " + std::to_string(first) + ".." + std::to_string(first + n) +
                       " of the order run past the " + std::to_string(data.images.count) + " examples");
-  const std::vector<int> sizes = shard_sizes(n, k);
+  const std::vector<int> sizes = mgpu::shard_sizes(n, k);
   std::vector<int> starts(k, 0);  // device i's shard is examples [starts[i], starts[i] + sizes[i]) of the batch
   for (int i = 1; i < k; ++i) starts[i] = starts[i - 1] + sizes[i - 1];
   Worker& w0 = workers_[0];
@@ -165,7 +165,7 @@ std::array<double, 2> DataParallel::read_metrics() const {
 
 DataParallelRun train_dataparallel(const DeviceSet& devices, const mgpu::FashionMnist& data,
                                    const mgpu::Options& o, mgpu::TrainingLog& log) {
-  check_batches_fit(data.train.count, o.batch_size, devices.size());
+  mgpu::check_batches_fit(data.train.count, o.batch_size, devices.size());
   const int largest = mgpu::largest_batch(o.batch_size, data.train.count);
   DataParallel trainer(devices, lenet::init_params(o.seed), largest);
   DeviceData train(devices[0], data.train);  // device 0 only: the batch is gathered there

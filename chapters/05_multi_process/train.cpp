@@ -1,4 +1,4 @@
-#include "multi_process.h"
+#include "train.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "common/batches.h"  // largest_batch
 #include "common/timer.h"
+#include "common/trace.h"
 #include "sampler.h"
 
 namespace mp {
@@ -84,72 +85,36 @@ struct RankState {
 
 double now_seconds() { return mgpu::steady_seconds(); }
 
-// Milliseconds spent in each phase of the steps measured (only when profiling).
-struct PhaseTimes {
-  double compute = 0, wait = 0, update = 0;
-  int steps = 0;
-};
-
-// What a traced step records (profile_steps): device timestamps and host spans, all on the
-// host's steady clock. The device's marks are read after the step (Timestamp::seconds waits).
-struct StepRecorder {
-  double start = 0;                            // the step's start (host clock, device idle)
-  std::vector<std::pair<int, mgpu::Timestamp>> layer_done;  // (layer, when the device finished it)
-  mgpu::Timestamp backward_done, summed, updated;
-  StepTrace host;                              // the collective's calls, in ms from start
-  double ms(double seconds) const { return 1e3 * (seconds - start); }
-  StepTrace spans() const {
-    StepTrace t{{"device", "forward and backward", 0, ms(backward_done.seconds())},
-                {"device", "waiting for the sum", ms(backward_done.seconds()), ms(summed.seconds())},
-                {"device", "sgd", ms(summed.seconds()), ms(updated.seconds())}};
-    for (const auto& [layer, when] : layer_done)
-      t.push_back({"device", "layer " + std::to_string(layer) + " complete", ms(when.seconds()), ms(when.seconds())});
-    t.insert(t.end(), host.begin(), host.end());
-    return t;
-  }
-};
-
-// One step, as this rank sees it: its block of global batch `step`, forward and backward on
-// it, the gradients summed over all ranks, and the SGD step of the whole global batch.
-// `times` (synchronizing between phases) or `trace` (not synchronizing) when profiling.
-void train_step(RankState& s, const DistributedSampler& sampler, int step, GradientAllreduce& allreduce, float lr,
-                bool overlap, PhaseTimes* times = nullptr, StepRecorder* trace = nullptr) {
-  // The host's time spent in one call of the collective, as a span of the trace.
-  auto host_span = [&](const std::string& what, const std::function<void()>& call) {
-    const double begin = now_seconds();
-    call();
-    if (trace) trace->host.push_back({"host", what, trace->ms(begin), trace->ms(now_seconds())});
-  };
-  double t = 0;
-  auto lap = [&](double PhaseTimes::*phase) {  // device synchronized: only when measuring
-    if (!times) return;
-    allreduce.synchronize(s.d);
-    const double now = now_seconds();
-    if (phase) times->*phase += 1e3 * (now - t);
-    t = now;
-  };
-  lap(nullptr);
+// A step's first phase: this rank's block of global batch `step` gathered, forward and backward
+// on it, its gradients in s.grads (zeroed first). `ready`, when given, is called as backward
+// completes each layer's gradients (3, then 2, 1, 0).
+void compute_gradients(RankState& s, const DistributedSampler& sampler, int step, const lenet::GradientReady& ready) {
   const Block mine = sampler.block(step);
   lenet::gather(s.d, s.train_set, s.order.data() + mine.start, mine.count, s.batch);
   s.grads.zero();
-  lenet::GradientReady ready;  // empty: backward tells nobody, finish() sums the whole bucket
-  if (overlap)
-    ready = [&](int layer) {
-      if (trace) trace->layer_done.emplace_back(layer, mgpu::Timestamp{}).second.record(s.d);
-      host_span("start_layer(" + std::to_string(layer) + ")", [&] { allreduce.start_layer(s.grads, layer); });
-    };
   lenet::accumulate_gradients(s.d, s.params, s.grads, s.lanes, s.batch.x.data(), s.batch.y.data(), mine.count,
                               s.metrics, ready);
-  if (trace) trace->backward_done.record(s.d);
-  lap(&PhaseTimes::compute);
-  host_span("finish", [&] { allreduce.finish(s.grads); });
-  if (trace) trace->summed.record(s.d);
-  lap(&PhaseTimes::wait);
-  // Divide by the global batch's size: every rank takes the step one process would take.
+}
+
+// With overlap: the hook that starts summing each layer as soon as backward has completed it.
+// Without: none (backward tells nobody, and finish() sums the whole bucket at once).
+lenet::GradientReady start_each_layer(BucketAllreduce& allreduce, lenet::Params& g, bool overlap) {
+  if (!overlap) return {};
+  return [&allreduce, &g](int layer) { allreduce.start_layer(g, layer); };
+}
+
+// The SGD step, dividing by the global batch's size: every rank takes the step one process would take.
+void sgd_step(RankState& s, const DistributedSampler& sampler, int step, float lr) {
   lenet::sgd(s.d, s.params, s.grads, lr, sampler.global_size(step));
-  if (trace) trace->updated.record(s.d);
-  lap(&PhaseTimes::update);
-  if (times) ++times->steps;
+}
+
+// One step, as this rank sees it: its block of global batch `step`, forward and backward on
+// it, the gradients summed over all ranks, and the SGD step of the whole global batch.
+void train_step(RankState& s, const DistributedSampler& sampler, int step, BucketAllreduce& allreduce, float lr,
+                bool overlap) {
+  compute_gradients(s, sampler, step, start_each_layer(allreduce, s.grads, overlap));
+  allreduce.finish(s.grads);
+  sgd_step(s, sampler, step, lr);
 }
 
 // This rank fails now, as --fail-how says: `where` is "at step 12" or "at the end of the run".
@@ -254,7 +219,8 @@ void save_checkpoint(const Config& c, int epochs_done, int train_examples, const
 }  // namespace
 
 RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
-                GradientAllreduce& allreduce, mgpu::TrainingLog* log) {
+                mgpu::Collective& collective, mgpu::TrainingLog* log) {
+  BucketAllreduce allreduce(collective);
   const mgpu::Options& o = c.o;
   Start start = starting_point(w, c, data.train.count);
   RankState s(d, w, data, o, start.params);
@@ -271,7 +237,7 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
   // they give every rank a pseudo-terminal even when the run's output goes to a file.
   for (int epoch = start.epochs_done; epoch < o.epochs; ++epoch) {
     s.metrics.reset();
-    allreduce.synchronize(d);
+    collective.synchronize(d);
     const double t0 = now_seconds();
     sampler.start_epoch(epoch);
     s.order.upload(sampler.order());
@@ -280,7 +246,7 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
       train_step(s, sampler, step, allreduce, mgpu::learning_rate_at(o, epoch, step, sampler.steps()), c.overlap);
       if (log) log->progress(epoch + 1, step, sampler.steps());
     }
-    allreduce.synchronize(d);
+    collective.synchronize(d);
     // The slowest rank's time: the others waited for it in every allreduce.
     const double seconds = max_over_ranks(w, now_seconds() - t0);
 
@@ -313,8 +279,85 @@ void finish_together(const World& w, const Config& c, const mgpu::TrainingLog* l
   });
 }
 
+namespace {
+
+// Milliseconds spent in each phase of the steps measured (only when profiling).
+struct PhaseTimes {
+  double compute = 0, wait = 0, update = 0;
+  int steps = 0;
+};
+
+// What a traced step records (profile_steps): device timestamps and host spans, all on the
+// host's steady clock. The device's marks are read after the step (Timestamp::seconds waits).
+struct StepRecorder {
+  double start = 0;                            // the step's start (host clock, device idle)
+  std::vector<std::pair<int, mgpu::Timestamp>> layer_done;  // (layer, when the device finished it)
+  mgpu::Timestamp backward_done, summed, updated;
+  StepTrace host;                              // the collective's calls, in ms from start
+  double ms(double seconds) const { return 1e3 * (seconds - start); }
+  StepTrace spans() const {
+    StepTrace t{{"device", "forward and backward", 0, ms(backward_done.seconds())},
+                {"device", "waiting for the sum", ms(backward_done.seconds()), ms(summed.seconds())},
+                {"device", "sgd", ms(summed.seconds()), ms(updated.seconds())}};
+    for (const auto& [layer, when] : layer_done)
+      t.push_back({"device", "layer " + std::to_string(layer) + " complete", ms(when.seconds()), ms(when.seconds())});
+    t.insert(t.end(), host.begin(), host.end());
+    return t;
+  }
+};
+
+// train_step's phases with the device synchronized and the clock read after each: for measuring
+// only (the waits keep the phases from overlapping).
+void timed_step(RankState& s, const DistributedSampler& sampler, int step, BucketAllreduce& allreduce, float lr,
+                bool overlap, PhaseTimes& times) {
+  auto synchronized_now = [&] {
+    allreduce.collective().synchronize(s.d);
+    return now_seconds();
+  };
+  double t = synchronized_now();
+  auto lap = [&](double& phase) {
+    const double now = synchronized_now();
+    phase += 1e3 * (now - t);
+    t = now;
+  };
+  compute_gradients(s, sampler, step, start_each_layer(allreduce, s.grads, overlap));
+  lap(times.compute);
+  allreduce.finish(s.grads);
+  lap(times.wait);
+  sgd_step(s, sampler, step, lr);
+  lap(times.update);
+  ++times.steps;
+}
+
+// train_step's phases, not synchronized (so that the sums can overlap), with the device's
+// stream stamping each phase's end and each layer's completion, and the host's calls into the
+// collective timed.
+void traced_step(RankState& s, const DistributedSampler& sampler, int step, BucketAllreduce& allreduce, float lr,
+                 bool overlap, StepRecorder& r) {
+  auto host_span = [&](const std::string& what, const std::function<void()>& call) {
+    const double begin = now_seconds();
+    call();
+    r.host.push_back({"host", what, r.ms(begin), r.ms(now_seconds())});
+  };
+  lenet::GradientReady ready;
+  if (overlap)
+    ready = [&](int layer) {
+      r.layer_done.emplace_back(layer, mgpu::Timestamp{}).second.record(s.d);
+      host_span("start_layer(" + std::to_string(layer) + ")", [&] { allreduce.start_layer(s.grads, layer); });
+    };
+  compute_gradients(s, sampler, step, ready);
+  r.backward_done.record(s.d);
+  host_span("finish", [&] { allreduce.finish(s.grads); });
+  r.summed.record(s.d);
+  sgd_step(s, sampler, step, lr);
+  r.updated.record(s.d);
+}
+
+}  // namespace
+
 Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
-                      GradientAllreduce& allreduce, int steps) {
+                      mgpu::Collective& collective, int steps) {
+  BucketAllreduce allreduce(collective);
   Config fresh = c;  // from fresh parameters, touching no file
   fresh.resume.clear();
   fresh.checkpoint.clear();
@@ -328,7 +371,10 @@ Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::Fashion
   // then off and on alternate, so that whatever else the machine does hits both alike.
   for (int i = 0; i < 2 + 2 * steps; ++i) {
     const bool overlap = i % 2 == 1;
-    train_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap, i < 2 ? nullptr : &times[overlap]);
+    if (i < 2)
+      train_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap);
+    else
+      timed_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap, times[overlap]);
   }
   Profile out;
   for (int m = 0; m < 2; ++m) {
@@ -346,15 +392,15 @@ Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::Fashion
   // the ranks' timelines line up as well as their clocks do (one machine: exactly).
   for (int m = 0; m < 2; ++m) {
     StepRecorder r;
-    allreduce.note_with([&r](const std::string& what, double begin, double end) {
+    // What the collective traces of its own calls (mgpu::trace) joins the step's host spans.
+    const mgpu::TraceRecording recording([&r](const std::string& what, double begin, double end) {
       r.host.push_back({"host", what, r.ms(begin), r.ms(end)});
     });
-    allreduce.synchronize(d);
+    collective.synchronize(d);
     MGPU_CHECK_MPI(MPI_Barrier(w.comm));
     r.start = now_seconds();
-    train_step(s, sampler, m % sampler.steps(), allreduce, c.o.lr, /*overlap=*/m == 1, nullptr, &r);
-    allreduce.synchronize(d);
-    allreduce.note_with({});
+    traced_step(s, sampler, m % sampler.steps(), allreduce, c.o.lr, /*overlap=*/m == 1, r);
+    collective.synchronize(d);
     out.traces[m] = r.spans();
   }
   return out;

@@ -1,4 +1,4 @@
-#include "training.h"
+#include "train.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -121,11 +121,9 @@ double ring_bytes_per_device(const MixedOptions& mo, int k) {
 }
 
 MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& mo, int micro_batch,
-                           const lenet::HostParams& init, dp::GradientAllreduce& exchange)
+                           const lenet::HostParams& init, mgpu::Collective& exchange)
     : devices_(devices), mo_(mo), micro_batch_(micro_batch), exchange_(exchange) {
-  if (exchange.layout() != lenet::Layout::Flat)
-    throw mgpu::Error("MixedTrainer: the gradient exchange must work on the flat bucket");
-  const int shard_capacity = dp::shard_sizes(micro_batch, devices.size())[0];  // one micro-batch's shard
+  const int shard_capacity = mgpu::shard_sizes(micro_batch, devices.size())[0];  // one micro-batch's shard
   replicas_.reserve(devices.size());
   for (int i = 0; i < devices.size(); ++i) {
     replicas_.emplace_back(devices[i], init, shard_capacity, lenet::Layout::Flat);
@@ -166,7 +164,7 @@ bool MixedTrainer::step(std::vector<dp::DeviceData>& data, int first, int n, flo
     }
   }
   // 3. One allreduce for the whole step: the micro-batches before the last exchanged nothing.
-  exchange_.run(replicas_);
+  dp::allreduce_gradients(replicas_, exchange_);  // the flat bucket, in one call
   // END EXERCISE ex06.accumulate
   // 4. Loss scaling: divide the scale back out (exact for a power of two) and look for
   //    inf/NaN on every device. The verdict must be one for all devices, or their weights would
@@ -233,14 +231,15 @@ std::array<double, 4> MixedTrainer::flushed_to_zero(const lenet::DeviceImages& i
 
 namespace {
 
-std::unique_ptr<dp::GradientAllreduce> make_exchange(const mgpu::DeviceSet& devices, const MixedOptions& mo) {
+std::unique_ptr<mgpu::Collective> make_exchange(const mgpu::DeviceSet& devices, const MixedOptions& mo) {
+  const std::size_t bucket = dp::largest_gradient_sum(lenet::Layout::Flat);
 #if MGPU_CHAPTER06_NCCL
-  if (mo.nccl && mo.grad_bits == 16) return std::make_unique<Nccl16Allreduce>(devices, mo.precision);
+  if (mo.nccl && mo.grad_bits == 16) return std::make_unique<Nccl16Allreduce>(devices, mo.precision, bucket);
   if (mo.nccl) return std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
 #endif
   if (mo.nccl) throw mgpu::Error("--allreduce nccl needs a cuda build with NCCL");
-  if (mo.grad_bits == 16) return std::make_unique<Ring16Allreduce>(devices, mo.precision);
-  return std::make_unique<ring::RingAllreduce>(devices);
+  if (mo.grad_bits == 16) return std::make_unique<Ring16Allreduce>(devices, mo.precision, bucket);
+  return std::make_unique<ring::RingAllreduce>(devices, bucket);
 }
 
 }  // namespace
@@ -249,8 +248,8 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
                                const MixedOptions& mo, mgpu::TrainingLog& log) {
   const int k = devices.size();
   // Every micro-batch is split across the devices: the short last one of an epoch too.
-  dp::check_batches_fit(data.train.count, o.batch_size, k);
-  const std::unique_ptr<dp::GradientAllreduce> exchange = make_exchange(devices, mo);
+  mgpu::check_batches_fit(data.train.count, o.batch_size, k);
+  const std::unique_ptr<mgpu::Collective> exchange = make_exchange(devices, mo);
   MixedTrainer trainer(devices, mo, mgpu::largest_batch(o.batch_size, data.train.count), lenet::init_params(o.seed),
                        *exchange);
 
