@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "../chapters/01_lenet/layers.h"
 #include "../chapters/02_data_parallel/data_parallel.h"
+#include "common/vector_ops.h"
 #include "helpers.h"
 
 namespace testing {
@@ -56,7 +56,7 @@ inline std::size_t count_wrong_sums(int k, std::size_t n, std::uint64_t seed, co
     run(data, count);
     for (int i = 0; i < k; ++i) {
       mgpu::copy_peer(devices[i], sums[i].data(), devices[i], data[i], count);
-      lenet::fill(devices[i], data[i], static_cast<std::int64_t>(n), std::nanf(""));
+      mgpu::fill(devices[i], data[i], static_cast<std::int64_t>(n), std::nanf(""));
     }
     for (int i = 0; i < k; ++i) {
       const std::vector<float> got = sums[i].download();

@@ -12,6 +12,7 @@
 #include "../chapters/02_data_parallel/data_parallel.h"
 #include "common/gemm.h"
 #include "common/random.h"
+#include "common/vector_ops.h"
 #include "data_parallel_checks.h"
 #include "helpers.h"
 
@@ -194,7 +195,7 @@ class AllreduceWithoutFirstWait {
     const mgpu::Device &d0 = devices_[0], &d1 = devices_[1];
     // 1. (left out: done1_.record(d1); done1_.make_wait(d0);)
     mgpu::copy_peer(d0, staging_.data(), d1, data[1], n);
-    lenet::add_into(d0, data[0], staging_.data(), static_cast<std::int64_t>(n.count));
+    mgpu::add_into(d0, data[0], staging_.data(), static_cast<std::int64_t>(n.count));
     done0_.record(d0);  // 3. as in chapter 02
     done0_.make_wait(d1);
     mgpu::copy_peer(d1, data[1], d0, data[0], n);
@@ -216,13 +217,13 @@ int rounds_with_wrong_sums(int rounds) {
   const std::size_t n = 1 << 16;
   const int m = 256;  // the GEMM: [m x m] x [m x m], 33 MFLOP
   mgpu::Buffer<float> g0(devices[0], n), g1(devices[1], n), a(devices[1], m * m), c(devices[1], m * m);
-  lenet::fill(devices[1], a.data(), m * m, 0.001f);
+  mgpu::fill(devices[1], a.data(), m * m, 0.001f);
   Allreduce allreduce(devices);
   int wrong = 0;
   for (int r = 0; r < rounds; ++r) {
-    lenet::fill(devices[0], g0.data(), n, 1.0f);
+    mgpu::fill(devices[0], g0.data(), n, 1.0f);
     mgpu::gemm(devices[1], mgpu::Transpose::No, mgpu::Transpose::No, m, m, m, 1.0f, a.data(), a.data(), 0.0f, c.data());
-    lenet::fill(devices[1], g1.data(), n, 2.0f);
+    mgpu::fill(devices[1], g1.data(), n, 2.0f);
     allreduce.run({g0.data(), g1.data()}, mgpu::Elements{n});
     const std::vector<float> s0 = g0.download(), s1 = g1.download();
     const auto is_three = [](float x) { return x == 3.0f; };

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "chapters/01_lenet/layers.h"
 #include "common/device.h"
 #include "common/gemm.h"
+#include "common/vector_ops.h"
 
 namespace {
 
@@ -74,18 +74,18 @@ TEST_CASE("a kernel on device d may touch only d's memory") {
   y0.upload(std::vector<float>(8, 2.0f));
 
   SUBCASE("its own buffers, and views inside them, are fine") {
-    lenet::add_into(d0, y0.data(), x0.data(), 8);
-    lenet::add_into(d0, y0.data() + 2, x0.data() + 4, 4);  // a view of part of each buffer
+    mgpu::add_into(d0, y0.data(), x0.data(), 8);
+    mgpu::add_into(d0, y0.data() + 2, x0.data() + 4, 4);  // a view of part of each buffer
     const std::vector<float> y = y0.download();
     CHECK(y[0] == 3.0f);
     CHECK(y[2] == 4.0f);  // 2 + 1 + 1
     CHECK(y[7] == 3.0f);
   }
   SUBCASE("another device's buffer as a kernel's operand: refused, naming both devices") {
-    CHECK_THROWS_WITH_AS(lenet::add_into(d1, x1.data(), x0.data(), 8),
+    CHECK_THROWS_WITH_AS(mgpu::add_into(d1, x1.data(), x0.data(), 8),
                          doctest::Contains(("add_into (source): device 1 (" + d1.name() + ") touches memory of device 0").c_str()),
                          mgpu::Error);
-    CHECK_THROWS_WITH_AS(lenet::add_into(d0, x1.data(), x0.data(), 8),
+    CHECK_THROWS_WITH_AS(mgpu::add_into(d0, x1.data(), x0.data(), 8),
                          doctest::Contains("add_into (destination)"), mgpu::Error);
   }
   SUBCASE("gemm checks all three matrices") {
@@ -102,12 +102,12 @@ TEST_CASE("a kernel on device d may touch only d's memory") {
                          doctest::Contains("gemm (A)"), mgpu::Error);
   }
   SUBCASE("a range that runs past its buffer is refused") {
-    CHECK_THROWS_WITH_AS(lenet::add_into(d0, y0.data() + 4, x0.data(), 8), doctest::Contains("run past the end"),
+    CHECK_THROWS_WITH_AS(mgpu::add_into(d0, y0.data() + 4, x0.data(), 8), doctest::Contains("run past the end"),
                          mgpu::Error);
   }
   SUBCASE("host memory is not any device's memory") {
     std::vector<float> host(8, 0.0f);
-    CHECK_THROWS_WITH_AS(lenet::add_into(d0, y0.data(), host.data(), 8),
+    CHECK_THROWS_WITH_AS(mgpu::add_into(d0, y0.data(), host.data(), 8),
                          doctest::Contains("not in any device's memory"), mgpu::Error);
   }
 }
@@ -166,7 +166,7 @@ TEST_CASE("idle(): a synchronized device has nothing queued") {
 // element of C is m / 4 (exact in float).
 struct SlowWork {
   SlowWork(const mgpu::Device& d, int m) : d(d), m(m), a(d, std::size_t(m) * m), c(d, std::size_t(m) * m) {
-    lenet::fill(d, a.data(), std::int64_t(m) * m, 0.5f);
+    mgpu::fill(d, a.data(), std::int64_t(m) * m, 0.5f);
   }
   void queue() {
     mgpu::gemm(d, mgpu::Transpose::No, mgpu::Transpose::No, m, m, m, 1.0f, a.data(), a.data(), 0.0f, c.data());

@@ -26,6 +26,7 @@
 #include "common/device.h"
 #include "common/gemm.h"
 #include "common/random.h"
+#include "common/vector_ops.h"
 #include "helpers.h"
 #include "reference.h"
 
@@ -559,12 +560,12 @@ TEST_CASE("sgd_update is p - scale * g; fill sets every element") {
   const std::vector<float> p = {1.0f, 2.0f, -3.0f, 0.5f, 0.0f, 8.0f};
   const std::vector<float> g = {0.5f, -1.0f, 2.0f, 4.0f, 1.0f, -16.0f};
   mgpu::Buffer<float> p_d = on_device(d, p), g_d = on_device(d, g);
-  lenet::sgd_update(d, p_d.data(), g_d.data(), p.size(), 0.25f);
+  mgpu::sgd_update(d, p_d.data(), g_d.data(), p.size(), 0.25f);
   check_equal(p_d.download(), {0.875f, 2.25f, -3.5f, -0.5f, -0.25f, 12.0f}, "p");
   check_equal(g_d.download(), g, "g (must be left alone)");
 
   mgpu::Buffer<float> f = poisoned(d, 37);
-  lenet::fill(d, f.data(), 37, 3.5f);
+  mgpu::fill(d, f.data(), 37, 3.5f);
   check_equal(f.download(), std::vector<float>(37, 3.5f), "filled");
 }
 

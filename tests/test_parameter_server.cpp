@@ -13,6 +13,7 @@
 #include "../chapters/08_parameter_server/parameter_server.h"
 #include "../chapters/08_parameter_server/train.h"
 #include "common/random.h"
+#include "common/vector_ops.h"
 #include "data_parallel_checks.h"
 #include "helpers.h"
 
@@ -158,7 +159,7 @@ TEST_CASE("pull: every shard's slice arrives exactly, with the shard's version, 
     Rig rig(s, 2, Mode::Asp, set, 4, want);
     for (int i = 0; i < 2; ++i) {
       dp::Replica& r = rig.replicas[i];
-      lenet::fill(*r.device, r.params.flat(), lenet::flat_count(), 1e30f);  // poison: the pull must overwrite it
+      mgpu::fill(*r.device, r.params.flat(), lenet::flat_count(), 1e30f);  // poison: the pull must overwrite it
       const std::vector<std::int64_t> versions = rig.server->pull(i, r.params);
       CHECK(versions == std::vector<std::int64_t>(s, 0));
       const lenet::HostParams got = r.params.download();

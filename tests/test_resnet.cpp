@@ -17,6 +17,7 @@
 #include "chapters/09_resnet/resnet.h"
 #include "common/device.h"
 #include "common/random.h"
+#include "common/vector_ops.h"
 #include "helpers.h"
 
 namespace {
@@ -335,7 +336,7 @@ TEST_CASE("training: three SGD steps with SyncBN on 2 devices follow one device'
       m->load(b, m->replicas.size() == 1 ? std::vector<int>{8} : std::vector<int>{4, 4});
       m->gradient();
       for (Replica& r : m->replicas)
-        lenet::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
+        mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
     }
   }
   const std::vector<float> got = two.replicas[1].params.download(), want = one.replicas[0].params.download();

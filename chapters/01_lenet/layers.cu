@@ -1,6 +1,9 @@
-// LeNet's layers. Each kernel is a functor run by mgpu::for_each_index (one call per element)
-// or mgpu::for_each_span (one call per block of contiguous output, cut into single elements on
-// a GPU and kept whole on a CPU); the comment above each says what its items are.
+// LeNet's layers, in the order of layers.h. Each kernel is a functor run by mgpu::for_each_index
+// (one call per element) or mgpu::for_each_span (one call per block of contiguous output, cut into
+// single elements on a GPU and kept whole on a CPU); the comment above each says what its items are.
+// Each functor sits directly above the function that launches it, so that the rule for one item
+// and its launch (how many items, how many bytes) read together; the unnamed namespace around it
+// keeps it private to this file. Only what several kernels share comes first.
 #include "layers.h"
 
 #include <cmath>
@@ -20,45 +23,34 @@ using mgpu::Transpose;
 using i64 = std::int64_t;
 constexpr double kF = sizeof(float);  // bytes per element, for the profile's GB/s
 
-// The inner loops of the layout kernels, over elements [x0, x1) of one row. __restrict__ on
-// a function's parameters promises the compiler that the arrays do not overlap, which is what
-// lets it vectorize these loops on a CPU without checking for overlap at run time.
-MGPU_HD inline void copy_row(const float* __restrict__ in, float* __restrict__ out, int x0, int x1) {
-  for (int x = x0; x < x1; ++x) out[x] = in[x];
-}
-MGPU_HD inline void add_row(const float* __restrict__ in, float* __restrict__ out, int x0, int x1) {
-  for (int x = x0; x < x1; ++x) out[x] += in[x];
-}
+// The inner loops of the layout kernels are small functions over elements [x0, x1) of one row:
+// zero_row, which two kernels use, is here; each of the others sits above its kernel. __restrict__ on
+// a function's parameters promises the compiler that the arrays do not overlap, which is what lets
+// it vectorize these loops on a CPU without checking for overlap at run time.
 MGPU_HD inline void zero_row(float* __restrict__ out, int x0, int x1) {
   for (int x = x0; x < x1; ++x) out[x] = 0.0f;
 }
-// out[x] = mean of the 2x2 window whose top-left pixel is in[2x] (`width` apart: the next row)
-MGPU_HD inline void average_row(const float* __restrict__ in, int width, float* __restrict__ out, int x0, int x1) {
-  for (int x = x0; x < x1; ++x) out[x] = 0.25f * (in[2 * x] + in[2 * x + 1] + in[width + 2 * x] + in[width + 2 * x + 1]);
-}
-// ReLU's backward for one unit: dL/dz from dL/dh, given the unit's output h = max(z, 0).
+// ReLU's backward for one unit (relu_backward's, and avgpool2_backward's with relu_output):
+// dL/dz from dL/dh, given the unit's output h = max(z, 0).
 MGPU_HD inline float relu_grad(float h, float dh) {
   // BEGIN EXERCISE ex01.relu_backward
   return h > 0 ? dh : 0.0f;  // the unit passed z on where z > 0, i.e. where h > 0
   // END EXERCISE ex01.relu_backward
 }
-// out[x] = a quarter of g[x / 2], the gradient of the window pixel x belongs to; with h, ReLU's
-// backward applied too. The quarter is computed before the choice: no branch.
-MGPU_HD inline void quarter_row(const float* __restrict__ g, const float* __restrict__ h, float* __restrict__ out,
-                                int x0, int x1) {
-  // BEGIN EXERCISE ex01.avgpool_backward
-  if (h) {
-    for (int x = x0; x < x1; ++x) out[x] = relu_grad(h[x], 0.25f * g[x >> 1]);
-  } else {
-    for (int x = x0; x < x1; ++x) out[x] = 0.25f * g[x >> 1];
-  }
-  // END EXERCISE ex01.avgpool_backward
-}
+
+}  // namespace
 
 // The layout kernels below are for_each_span functors (common/parallel.h): f(item, begin,
 // end) computes elements [begin, end) of the item's contiguous block of OUTPUT, each element
 // written by its one owner (no atomics). A GPU runs them one element per thread, a CPU core
 // one whole item at a time.
+
+// --- convolution (valid padding, stride 1) through im2col + GEMM
+
+namespace {
+MGPU_HD inline void copy_row(const float* __restrict__ in, float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] = in[x];
+}
 
 // Item: one (row r = (c, ky, kx), image b) pair of col, a block of Ho*Wo contiguous outputs:
 // col[r][b][oy][ox] = x[c][b][oy + ky][ox + kx].
@@ -75,6 +67,19 @@ struct Im2col {
     for_each_row_segment(begin, end, Wo, [&](int oy, int x0, int x1) { copy_row(src + oy * W, dst + oy * Wo, x0, x1); });
   }
 };
+}  // namespace
+
+void im2col(const Device& d, const float* x, ImageShape s, int k, float* col) {
+  const int Ho = s.height - k + 1, Wo = s.width - k + 1;
+  const i64 items = i64(s.channels) * k * k * s.batch;
+  // bytes: each col element read once from x (give or take the cache) and written once
+  for_each_span(d, items, Ho * Wo, Im2col{x, col, s.batch, s.height, s.width, k, Ho, Wo}, 2.0 * kF * items * Ho * Wo);
+}
+
+namespace {
+MGPU_HD inline void add_row(const float* __restrict__ in, float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] += in[x];
+}
 
 // Item: one image plane (c, b) of dx, H*W outputs. The adjoint of im2col: pixel (y, x) is the
 // sum of the k*k col entries that copied it, those of the windows (ky, kx) with
@@ -110,65 +115,16 @@ struct Col2im {
     }
   }
 };
+}  // namespace
 
-// Item: one image plane (c, b) of y, Ho*Wo outputs: the mean of each 2x2 window of x.
-struct AvgPoolForward {
-  const float* x;
-  float* y;
-  int H, W, Ho, Wo;
-  MGPU_HD void operator()(i64 plane, int begin, int end) const {
-    for_each_row_segment(begin, end, Wo, [&](int oy, int x0, int x1) {
-      average_row(x + (plane * H + 2 * oy) * W, W, y + (plane * Ho + oy) * Wo, x0, x1);
-    });
-  }
-};
+void col2im(const Device& d, const float* col, ImageShape s, int k, float* dx) {
+  const int Ho = s.height - k + 1, Wo = s.width - k + 1;
+  const i64 planes = i64(s.channels) * s.batch;
+  for_each_span(d, planes, s.height * s.width, Col2im{col, dx, s.batch, s.height, s.width, k, Ho, Wo},
+                kF * planes * (double(k) * k * Ho * Wo + s.height * s.width));  // all of col read, dx written
+}
 
-// Item: one image plane (c, b) of dx, H*W outputs, as a gather: pixel (y, x) gets a quarter of
-// its window's gradient, or nothing in a dropped odd last row or column. With relu_output
-// (the forward ReLU's output h, the pooling's input) ReLU's backward is applied in the same
-// pass: nothing where h <= 0.
-struct AvgPoolBackward {
-  const float* dy;
-  const float* relu_output;  // may be null
-  float* dx;
-  int H, W, Ho, Wo;
-  MGPU_HD void operator()(i64 plane, int begin, int end) const {
-    // BEGIN EXERCISE ex01.avgpool_backward
-    for_each_row_segment(begin, end, W, [&](int y, int x0, int x1) {
-      float* out = dx + (plane * H + y) * W;
-      // Pixels [x0, xe) lie in a window; the rest of the segment was dropped by the pooling.
-      const int xe = y < 2 * Ho ? (x1 < 2 * Wo ? x1 : 2 * Wo) : x0;
-      if (xe > x0)
-        quarter_row(dy + (plane * Ho + y / 2) * Wo, relu_output ? relu_output + (plane * H + y) * W : nullptr, out,
-                    x0, xe);
-      zero_row(out, xe > x0 ? xe : x0, x1);
-    });
-    // END EXERCISE ex01.avgpool_backward
-  }
-};
-
-// Item: one feature f = (c, s) of the flat output, a row of B outputs y[f][0..B).
-struct Flatten {
-  const float* x;
-  float* y;
-  int B, S;  // S = H * W
-  MGPU_HD void operator()(i64 f, int begin, int end) const {
-    const i64 c = f / S, s = f % S;
-    for (int b = begin; b < end; ++b) y[f * B + b] = x[(c * B + b) * S + s];
-  }
-};
-
-// Item: one image plane (c, b), S outputs dx[c][b][0..S).
-struct Unflatten {
-  const float* dy;
-  float* dx;
-  int B, S;
-  MGPU_HD void operator()(i64 q, int begin, int end) const {
-    const i64 c = q / B, b = q % B;
-    for (int s = begin; s < end; ++s) dx[q * S + s] = dy[(c * S + s) * B + b];
-  }
-};
-
+namespace {
 // Item: one output row r (a channel, or a dense layer's output unit), n outputs:
 // z[r][j] = act(z[r][j] + b[r]). Adding the bias here instead of in a separate product
 // (b ones^T) and applying ReLU in the same pass reads and writes z once instead of three times.
@@ -186,76 +142,7 @@ struct BiasActivation {
       for (int j = begin; j < end; ++j) row[j] += bias;
   }
 };
-
-// Item: one example b; it walks the example's column of logits.
-struct SoftmaxCrossEntropy {
-  const float* z;
-  const std::int32_t* labels;
-  float* loss;
-  float* correct;
-  float* dz;  // may be null
-  int classes, B;
-  MGPU_HD void operator()(i64 b) const {
-    // Subtracting the max keeps exp() from overflowing; it cancels in the ratio.
-    int best = 0;
-    float top = z[b];
-    for (int c = 1; c < classes; ++c)
-      if (z[c * B + b] > top) top = z[c * B + b], best = c;
-    float sum = 0;
-    for (int c = 0; c < classes; ++c) sum += expf(z[c * B + b] - top);
-    const int y = labels[b];
-    loss[b] = (top - z[y * B + b]) + logf(sum);  // this order is exact when the label is the argmax
-    correct[b] = best == y ? 1.0f : 0.0f;
-    if (dz) {
-      // BEGIN EXERCISE ex01.softmax_gradient
-      for (int c = 0; c < classes; ++c) dz[c * B + b] = expf(z[c * B + b] - top) / sum - (c == y ? 1.0f : 0.0f);
-      // END EXERCISE ex01.softmax_gradient
-    }
-  }
-};
-
-// Items of the element-wise kernels below: one element i each.
-struct Relu {  // z = max(z, 0), in place
-  float* z;
-  MGPU_HD void operator()(i64 i) const { z[i] = z[i] > 0 ? z[i] : 0.0f; }
-};
-struct ReluGrad {  // dh passes where the unit was active (h > 0)
-  const float* h;
-  float* dh;
-  MGPU_HD void operator()(i64 i) const { dh[i] = relu_grad(h[i], dh[i]); }
-};
-struct SgdStep {  // p -= scale * g
-  float* p;
-  const float* g;
-  float scale;
-  MGPU_HD void operator()(i64 i) const { p[i] -= scale * g[i]; }
-};
-struct Fill {
-  float* p;
-  float value;
-  MGPU_HD void operator()(i64 i) const { p[i] = value; }
-};
-struct AddInto {  // dst += src
-  float* dst;
-  const float* src;
-  MGPU_HD void operator()(i64 i) const { dst[i] += src[i]; }
-};
-
 }  // namespace
-
-void im2col(const Device& d, const float* x, ImageShape s, int k, float* col) {
-  const int Ho = s.height - k + 1, Wo = s.width - k + 1;
-  const i64 items = i64(s.channels) * k * k * s.batch;
-  // bytes: each col element read once from x (give or take the cache) and written once
-  for_each_span(d, items, Ho * Wo, Im2col{x, col, s.batch, s.height, s.width, k, Ho, Wo}, 2.0 * kF * items * Ho * Wo);
-}
-
-void col2im(const Device& d, const float* col, ImageShape s, int k, float* dx) {
-  const int Ho = s.height - k + 1, Wo = s.width - k + 1;
-  const i64 planes = i64(s.channels) * s.batch;
-  for_each_span(d, planes, s.height * s.width, Col2im{col, dx, s.batch, s.height, s.width, k, Ho, Wo},
-                kF * planes * (double(k) * k * Ho * Wo + s.height * s.width));  // all of col read, dx written
-}
 
 void bias_activation(const Device& d, float* z, const float* b, int rows, i64 row_length, Activation act) {
   for_each_span(d, rows, static_cast<int>(row_length), BiasActivation{z, b, row_length, act == Activation::Relu},
@@ -289,17 +176,96 @@ void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float
   // END EXERCISE ex01.conv_backward
 }
 
+// --- ReLU
+
+namespace {
+// Item: one element i: z = max(z, 0).
+struct Relu {
+  float* z;
+  MGPU_HD void operator()(i64 i) const { z[i] = z[i] > 0 ? z[i] : 0.0f; }
+};
+}  // namespace
+
 void relu_forward(const Device& d, float* z, i64 n) { for_each_index(d, n, Relu{z}, 2.0 * kF * n); }
+
+namespace {
+// Item: one element i: dh passes where the unit was active (h > 0).
+struct ReluGrad {
+  const float* h;
+  float* dh;
+  MGPU_HD void operator()(i64 i) const { dh[i] = relu_grad(h[i], dh[i]); }
+};
+}  // namespace
 
 void relu_backward(const Device& d, const float* h, float* dh, i64 n) {
   for_each_index(d, n, ReluGrad{h, dh}, 3.0 * kF * n);
 }
+
+// --- 2x2 average pooling, stride 2
+
+namespace {
+// out[x] = mean of the 2x2 window whose top-left pixel is in[2x] (`width` apart: the next row)
+MGPU_HD inline void average_row(const float* __restrict__ in, int width, float* __restrict__ out, int x0, int x1) {
+  for (int x = x0; x < x1; ++x) out[x] = 0.25f * (in[2 * x] + in[2 * x + 1] + in[width + 2 * x] + in[width + 2 * x + 1]);
+}
+
+// Item: one image plane (c, b) of y, Ho*Wo outputs: the mean of each 2x2 window of x.
+struct AvgPoolForward {
+  const float* x;
+  float* y;
+  int H, W, Ho, Wo;
+  MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    for_each_row_segment(begin, end, Wo, [&](int oy, int x0, int x1) {
+      average_row(x + (plane * H + 2 * oy) * W, W, y + (plane * Ho + oy) * Wo, x0, x1);
+    });
+  }
+};
+}  // namespace
 
 void avgpool2_forward(const Device& d, const float* x, ImageShape s, float* y) {
   const int Ho = s.height / 2, Wo = s.width / 2;
   for_each_span(d, i64(s.channels) * s.batch, Ho * Wo, AvgPoolForward{x, y, s.height, s.width, Ho, Wo},
                 kF * (s.size() + i64(s.channels) * s.batch * Ho * Wo));
 }
+
+namespace {
+// out[x] = a quarter of g[x / 2], the gradient of the window pixel x belongs to; with h, ReLU's
+// backward applied too. The quarter is computed before the choice: no branch.
+MGPU_HD inline void quarter_row(const float* __restrict__ g, const float* __restrict__ h, float* __restrict__ out,
+                                int x0, int x1) {
+  // BEGIN EXERCISE ex01.avgpool_backward
+  if (h) {
+    for (int x = x0; x < x1; ++x) out[x] = relu_grad(h[x], 0.25f * g[x >> 1]);
+  } else {
+    for (int x = x0; x < x1; ++x) out[x] = 0.25f * g[x >> 1];
+  }
+  // END EXERCISE ex01.avgpool_backward
+}
+
+// Item: one image plane (c, b) of dx, H*W outputs, as a gather: pixel (y, x) gets a quarter of
+// its window's gradient, or nothing in a dropped odd last row or column. With relu_output
+// (the forward ReLU's output h, the pooling's input) ReLU's backward is applied in the same
+// pass: nothing where h <= 0.
+struct AvgPoolBackward {
+  const float* dy;
+  const float* relu_output;  // may be null
+  float* dx;
+  int H, W, Ho, Wo;
+  MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    // BEGIN EXERCISE ex01.avgpool_backward
+    for_each_row_segment(begin, end, W, [&](int y, int x0, int x1) {
+      float* out = dx + (plane * H + y) * W;
+      // Pixels [x0, xe) lie in a window; the rest of the segment was dropped by the pooling.
+      const int xe = y < 2 * Ho ? (x1 < 2 * Wo ? x1 : 2 * Wo) : x0;
+      if (xe > x0)
+        quarter_row(dy + (plane * Ho + y / 2) * Wo, relu_output ? relu_output + (plane * H + y) * W : nullptr, out,
+                    x0, xe);
+      zero_row(out, xe > x0 ? xe : x0, x1);
+    });
+    // END EXERCISE ex01.avgpool_backward
+  }
+};
+}  // namespace
 
 void avgpool2_backward(const Device& d, const float* dy, ImageShape s, float* dx, const float* relu_output) {
   const int Ho = s.height / 2, Wo = s.width / 2;
@@ -308,15 +274,45 @@ void avgpool2_backward(const Device& d, const float* dy, ImageShape s, float* dx
                 kF * ((relu_output ? 2 : 1) * s.size() + i64(s.channels) * s.batch * Ho * Wo));
 }
 
+// --- flatten [C][B][H][W] -> [C*H*W][B], and back
+
+namespace {
+// Item: one feature f = (c, s) of the flat output, a row of B outputs y[f][0..B).
+struct Flatten {
+  const float* x;
+  float* y;
+  int B, S;  // S = H * W
+  MGPU_HD void operator()(i64 f, int begin, int end) const {
+    const i64 c = f / S, s = f % S;
+    for (int b = begin; b < end; ++b) y[f * B + b] = x[(c * B + b) * S + s];
+  }
+};
+}  // namespace
+
 void flatten(const Device& d, const float* x, ImageShape s, float* y) {
   const int S = s.height * s.width;
   for_each_span(d, i64(s.channels) * S, s.batch, Flatten{x, y, s.batch, S}, 2.0 * kF * s.size());
 }
 
+namespace {
+// Item: one image plane (c, b), S outputs dx[c][b][0..S).
+struct Unflatten {
+  const float* dy;
+  float* dx;
+  int B, S;
+  MGPU_HD void operator()(i64 q, int begin, int end) const {
+    const i64 c = q / B, b = q % B;
+    for (int s = begin; s < end; ++s) dx[q * S + s] = dy[(c * S + s) * B + b];
+  }
+};
+}  // namespace
+
 void unflatten(const Device& d, const float* dy, ImageShape s, float* dx) {
   const int S = s.height * s.width;
   for_each_span(d, i64(s.channels) * s.batch, S, Unflatten{dy, dx, s.batch, S}, 2.0 * kF * s.size());
 }
+
+// --- dense: two matrix products and bias_activation, no kernel of its own
 
 void dense_forward(const Device& d, const float* x, int in, int batch, const float* W, const float* b, int out,
                    Activation act, float* z) {
@@ -338,24 +334,40 @@ void dense_backward(const Device& d, const float* dz, const float* x, int in, in
   // END EXERCISE ex01.dense_backward
 }
 
+// --- softmax cross-entropy
+
+namespace {
+// Item: one example b; it walks the example's column of logits.
+struct SoftmaxCrossEntropy {
+  const float* z;
+  const std::int32_t* labels;
+  float* loss;
+  float* correct;
+  float* dz;  // may be null
+  int classes, B;
+  MGPU_HD void operator()(i64 b) const {
+    // Subtracting the max keeps exp() from overflowing; it cancels in the ratio.
+    int best = 0;
+    float top = z[b];
+    for (int c = 1; c < classes; ++c)
+      if (z[c * B + b] > top) top = z[c * B + b], best = c;
+    float sum = 0;
+    for (int c = 0; c < classes; ++c) sum += expf(z[c * B + b] - top);
+    const int y = labels[b];
+    loss[b] = (top - z[y * B + b]) + logf(sum);  // this order is exact when the label is the argmax
+    correct[b] = best == y ? 1.0f : 0.0f;
+    if (dz) {
+      // BEGIN EXERCISE ex01.softmax_gradient
+      for (int c = 0; c < classes; ++c) dz[c * B + b] = expf(z[c * B + b] - top) / sum - (c == y ? 1.0f : 0.0f);
+      // END EXERCISE ex01.softmax_gradient
+    }
+  }
+};
+}  // namespace
+
 void softmax_cross_entropy(const Device& d, const float* logits, const std::int32_t* labels, int classes,
                            int batch, float* loss, float* correct, float* dlogits) {
   for_each_index(d, batch, SoftmaxCrossEntropy{logits, labels, loss, correct, dlogits, classes, batch});
-}
-
-void sgd_update(const Device& d, float* p, const float* g, i64 n, float scale) {
-  for_each_index(d, n, SgdStep{p, g, scale}, 3.0 * kF * n);
-}
-
-void fill(const Device& d, float* p, i64 n, float value) { for_each_index(d, n, Fill{p, value}, kF * n); }
-
-void add_into(const Device& d, float* dst, const float* src, i64 n) {
-  // The kernel every allreduce runs: both operands must be d's own memory (a peer copy first
-  // brings the other device's values over). Checked because it is where that mistake is made.
-  const std::size_t bytes = n > 0 ? std::size_t(n) * sizeof(float) : 0;
-  mgpu::check_owned(d, dst, bytes, "add_into (destination)");
-  mgpu::check_owned(d, src, bytes, "add_into (source)");
-  for_each_index(d, n, AddInto{dst, src}, 3.0 * kF * n);
 }
 
 }  // namespace lenet

@@ -77,13 +77,7 @@ void dense_backward(const Device& d, const float* dz, const float* x, int in, in
 void softmax_cross_entropy(const Device& d, const float* logits, const std::int32_t* labels, int classes,
                            int batch, float* loss, float* correct, float* dlogits);
 
-// --- SGD: p -= scale * g over n elements (scale = lr / batch size, as d2l's sgd()).
-void sgd_update(const Device& d, float* p, const float* g, std::int64_t n, float scale);
-
-void fill(const Device& d, float* p, std::int64_t n, float value);
-
-// dst += src over n elements (summing gradients: lanes here, devices in chapter 02). Both
-// must be memory of d: refused otherwise (mgpu::check_owned), in both builds.
-void add_into(const Device& d, float* dst, const float* src, std::int64_t n);
+// The element-wise kernels a training step runs besides these layers (mgpu::sgd_update, mgpu::fill,
+// mgpu::add_into) are in common/vector_ops.h: this chapter teaches them, every chapter uses them.
 
 }  // namespace lenet

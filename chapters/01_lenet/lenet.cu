@@ -5,6 +5,7 @@
 
 #include "common/parallel.h"
 #include "common/random.h"
+#include "common/vector_ops.h"
 
 namespace lenet {
 namespace {
@@ -135,7 +136,7 @@ Workspace::Workspace(const Device& d, int B)
       dp2(d, std::size_t(50) * B * 4 * 4), dh2(d, std::size_t(50) * B * 9 * 9), dcol2(d, std::size_t(500) * B * 9 * 9),
       dp1(d, std::size_t(20) * B * 13 * 13), dh1(d, std::size_t(20) * B * 26 * 26),
       loss(d, B), correct(d, B), ones(d, std::size_t(B) * 26 * 26) {
-  fill(d, ones.data(), ones.size(), 1.0f);
+  mgpu::fill(d, ones.data(), ones.size(), 1.0f);
 }
 
 void forward(const Device& d, Params& p, Workspace& ws, const float* x, int n) {
@@ -233,9 +234,9 @@ struct AddSums {  // item i: dst[i] += src[i], over a Metrics' 2 * kSlots partia
 void add_layer(const Device& d, Params& g, const Params& lane_g, int layer) {
   if (g.layout() == Layout::Flat) {
     const std::int64_t begin = offset_of(2 * layer), end = offset_of(2 * layer + 2);
-    add_into(d, g.flat() + begin, lane_g.flat() + begin, end - begin);
+    mgpu::add_into(d, g.flat() + begin, lane_g.flat() + begin, end - begin);
   } else {
-    for (int i = 2 * layer; i <= 2 * layer + 1; ++i) add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
+    for (int i = 2 * layer; i <= 2 * layer + 1; ++i) mgpu::add_into(d, g.tensors[i], lane_g.tensors[i], kParams[i].count);
   }
 }
 
@@ -282,11 +283,11 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
 
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) {
   if (p.layout() == Layout::Flat && g.layout() == Layout::Flat) {  // one kernel for everything
-    sgd_update(d, p.flat(), g.flat(), flat_count(), lr / batch_size);
+    mgpu::sgd_update(d, p.flat(), g.flat(), flat_count(), lr / batch_size);
     return;
   }
   for (int i = 0; i < kParamTensors; ++i)
-    sgd_update(d, p.tensors[i], g.tensors[i], kParams[i].count, lr / batch_size);
+    mgpu::sgd_update(d, p.tensors[i], g.tensors[i], kParams[i].count, lr / batch_size);
 }
 
 double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data) {

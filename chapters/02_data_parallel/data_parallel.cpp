@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/vector_ops.h"  // add_into
 
 namespace dp {
 
@@ -80,7 +81,7 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   //    into the same staging buffer follows the add.
   for (int i = 1; i < k; ++i) {
     mgpu::copy_peer(d0, staging_.data(), devices_[i], data[i], n);
-    lenet::add_into(d0, data[0], staging_.data(), static_cast<std::int64_t>(n.count));
+    mgpu::add_into(d0, data[0], staging_.data(), static_cast<std::int64_t>(n.count));
   }
   // 3. Broadcast: every device waits for the sum, then pulls it into its own buffer.
   done_[0]->record(d0);

@@ -7,6 +7,7 @@
 #include "common/gemm.h"
 #include "common/parallel.h"  // mgpu::for_each_lane: this file is built as device code (CMakeLists.txt)
 #include "common/timer.h"
+#include "common/vector_ops.h"
 
 namespace dp {
 
@@ -42,7 +43,7 @@ DataParallel::DataParallel(const DeviceSet& devices, const lenet::HostParams& in
     w.ready = std::make_unique<mgpu::Event>(d);
     workers_.push_back(std::move(w));
   }
-  lenet::fill(devices[0], ones_.data(), batch_size, 1.0f);
+  mgpu::fill(devices[0], ones_.data(), batch_size, 1.0f);
   sums_.zero();
   // What device 0 holds and a DDP replica does not (a replica's shard is n_0 images and labels).
   device0_extra_bytes_ = std::size_t(batch_size - largest[0]) * (kPixels * sizeof(float) + sizeof(std::int32_t)) +
@@ -143,7 +144,7 @@ void DataParallel::step(DeviceData& data, int first, int n, float lr) {
         lenet::backward(*w.device, w.params, lane == 0 ? w.grads : w.lane_grads[lane - 1], w.chunks[c],
                         chunk_size(i, c));
     });
-    for (lenet::Params& g : w.lane_grads) lenet::add_into(*w.device, w.grads.flat(), g.flat(), kFlat);
+    for (lenet::Params& g : w.lane_grads) mgpu::add_into(*w.device, w.grads.flat(), g.flat(), kFlat);
     // Not on device 0: its event must still mark the loss, or device i > 0 would wait for
     // device 0's backward too, and the two backward passes would run one after the other.
     if (i > 0) w.ready->record(*w.device);
@@ -153,7 +154,7 @@ void DataParallel::step(DeviceData& data, int first, int n, float lr) {
   for (int i = 1; i < k; ++i) {
     workers_[i].ready->make_wait(d0);
     copy(d0, staging_.data(), *workers_[i].device, workers_[i].grads.flat(), kFlat);
-    lenet::add_into(d0, w0.grads.flat(), staging_.data(), static_cast<std::int64_t>(kFlat));
+    mgpu::add_into(d0, w0.grads.flat(), staging_.data(), static_cast<std::int64_t>(kFlat));
   }
   lenet::sgd(d0, w0.params, w0.grads, lr, n);
 }

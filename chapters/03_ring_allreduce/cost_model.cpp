@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "../01_lenet/layers.h"
 #include "common/timer.h"
+#include "common/vector_ops.h"
 
 namespace cost {
 
@@ -69,7 +69,7 @@ SharedMemory calibrate(const mgpu::DeviceSet& devices) {
     return best;
   };
   auto copy = [&](std::size_t n) { mgpu::copy_peer(b, y.data(), a, x.data(), mgpu::Elements{n}); };
-  auto add = [&](std::size_t n) { lenet::add_into(b, y.data(), z.data(), static_cast<std::int64_t>(n)); };
+  auto add = [&](std::size_t n) { mgpu::add_into(b, y.data(), z.data(), static_cast<std::int64_t>(n)); };
 
   SharedMemory m;
   m.copy_alpha_s = seconds(400, [&] { copy(1); });

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "../01_lenet/layers.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/vector_ops.h"
 
 namespace ring {
 
@@ -33,7 +33,7 @@ RingAllreduce::~RingAllreduce() {
 void RingAllreduce::receive_and_add(int to, float* dst, int from, const float* src, Elements n) {
   mark(to);
   mgpu::copy_peer(devices_[to], staging_[to].data(), devices_[from], src, n);
-  lenet::add_into(devices_[to], dst, staging_[to].data(), static_cast<std::int64_t>(n.count));
+  mgpu::add_into(devices_[to], dst, staging_[to].data(), static_cast<std::int64_t>(n.count));
   mark(to);
 }
 

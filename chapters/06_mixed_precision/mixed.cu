@@ -5,6 +5,7 @@
 
 #include "../01_lenet/layers.h"
 #include "common/parallel.h"
+#include "common/vector_ops.h"
 
 namespace mixed {
 namespace {
@@ -160,7 +161,7 @@ void accumulate_gradients(const Device& d, Precision p, float loss_scale, lenet:
     lenet::accumulate_metrics(d, ws, size, lanes.metrics[lane]);
     backward(d, p, w, lane == 0 ? g : lanes.grads[lane - 1], ws, size, loss_scale);
   });
-  for (const lenet::Params& lane_g : lanes.grads) lenet::add_into(d, g.flat(), lane_g.flat(), lenet::flat_count());
+  for (const lenet::Params& lane_g : lanes.grads) mgpu::add_into(d, g.flat(), lane_g.flat(), lenet::flat_count());
   for (const lenet::Metrics& lm : lanes.metrics)
     mgpu::for_each_index(d, 2 * lenet::Metrics::kSlots, AddSums{m.sums.data(), lm.sums.data()});
 }

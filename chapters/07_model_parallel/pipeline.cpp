@@ -5,6 +5,7 @@
 
 #include "../02_data_parallel/data_parallel.h"  // dp::Allreduce: the hybrid sums each stage with chapter 02's collective
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
+#include "common/vector_ops.h"
 
 namespace pp {
 
@@ -210,7 +211,7 @@ Pipeline::Stage::Stage(const Device& d, int first_, int last_, int stages, int i
     slots.push_back(std::move(s));
   }
   ones = Buffer<float>(d, floats(has(0) ? 676 : has(1) ? 81 : 1));  // the longest row a bias gradient sums
-  lenet::fill(d, ones.data(), ones.size(), 1.0f);
+  mgpu::fill(d, ones.data(), ones.size(), 1.0f);
   if (!is_last) dout = Buffer<float>(d, floats(kFeaturesInto[last]));
   if (has(3) && first < 3) dh3 = Buffer<float>(d, floats(128));
   if (has(2) && first < 2) df = Buffer<float>(d, floats(800));
@@ -541,7 +542,7 @@ void Pipeline::step(int first, int n, float lr, std::vector<Span>* timeline) {
     }
     for (int r = 0; r < R; ++r) {
       Stage& st = *replicas_[r]->stages[s];
-      lenet::sgd_update(*st.device, st.param_storage.data(), st.grad_storage.data(), st.flat_count(), lr / n);
+      mgpu::sgd_update(*st.device, st.param_storage.data(), st.grad_storage.data(), st.flat_count(), lr / n);
       if (record) {
         mgpu::Timestamp end;
         end.record(*st.device);

@@ -9,10 +9,10 @@
 #include <limits>
 #include <thread>
 
-#include "../01_lenet/layers.h"
 #include "../03_ring_allreduce/ring.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/threads.h"
+#include "common/vector_ops.h"
 
 namespace ps {
 
@@ -241,13 +241,13 @@ class ServerShard {
     r.ready->make_wait(device_);  // the gradient is made before the copy reads it
     mgpu::copy_peer(device_, staging, worker, grad, n);
     if (mode_ == Mode::Bsp) {
-      lenet::add_into(device_, sum_.data(), staging, count);
+      mgpu::add_into(device_, sum_.data(), staging, count);
       if (++step_pushes_ < static_cast<int>(workers_.size())) return;  // not yet the whole step
-      lenet::sgd_update(device_, master_.data(), sum_.data(), count, scale);
+      mgpu::sgd_update(device_, master_.data(), sum_.data(), count, scale);
       sum_.zero();
       step_pushes_ = 0;
     } else {
-      lenet::sgd_update(device_, master_.data(), staging, count, scale);
+      mgpu::sgd_update(device_, master_.data(), staging, count, scale);
     }
     ++version;
     // END EXERCISE ex08.apply_push

@@ -1,6 +1,9 @@
-// The ResNet layers. As in chapter 01, each kernel is a functor run by mgpu::for_each_index
-// (one call per item) or mgpu::for_each_span (one call per block of contiguous output, cut into
-// single elements on a GPU and kept whole on a CPU); the comment above each says what its items are.
+// The ResNet layers, in the order of layers.h. As in chapter 01, each kernel is a functor run by
+// mgpu::for_each_index (one call per item) or mgpu::for_each_span (one call per block of contiguous
+// output, cut into single elements on a GPU and kept whole on a CPU); the comment above each says
+// what its items are. Each functor sits directly above the function that launches it, in an
+// unnamed namespace that keeps it private to this file. What several functions share comes before
+// them: the helpers at the top, the machinery of the per-channel sums at the head of their section.
 #include "layers.h"
 
 #include <cmath>
@@ -31,6 +34,32 @@ constexpr int kSlices = mgpu::kGpuMapping ? 128 : 1;
 
 MGPU_HD inline int ceil_div(int a, int b) { return (a + b - 1) / b; }  // for a >= 0, b > 0
 
+void check_channels(ImageShape xs, ConvShape c, const char* call) {
+  if (xs.channels != c.in_channels)
+    throw mgpu::Error(std::string(call) + ": the input has " + std::to_string(xs.channels) +
+                      " channels, the convolution expects " + std::to_string(c.in_channels));
+}
+
+// A row of n values is walked with int indices by for_each_span.
+int row_length(i64 n, const char* call) {
+  if (n < 0 || n > 0x7fffffff) throw mgpu::Error(std::string(call) + ": a channel of " + std::to_string(n) + " values");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+// --- convolution: kernel k x k, stride s, zero padding p on every side
+
+int conv_output_size(int in, int kernel, int stride, int padding) {
+  return (in + 2 * padding - kernel) / stride + 1;
+}
+
+ImageShape conv_output_shape(ImageShape xs, ConvShape c) {
+  return {c.out_channels, xs.batch, conv_output_size(xs.height, c.kernel, c.stride, c.padding),
+          conv_output_size(xs.width, c.kernel, c.stride, c.padding)};
+}
+
+namespace {
 // Item: one (row r = (c, ky, kx), image b) pair of col, a block of Ho*Wo contiguous outputs:
 // col[r][b][oy][ox] = x[c][b][oy*s + ky - p][ox*s + kx - p], 0 in the padding.
 struct Im2col {
@@ -63,7 +92,18 @@ struct Im2col {
     });
   }
 };
+}  // namespace
 
+void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
+  check_channels(xs, c, "im2col");
+  const ImageShape zs = conv_output_shape(xs, c);
+  const i64 items = i64(c.in_channels) * c.kernel * c.kernel * xs.batch;
+  for_each_span(d, items, zs.height * zs.width,
+                Im2col{x, col, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width},
+                2.0 * kF * items * zs.height * zs.width);
+}
+
+namespace {
 // Item: one image plane (c, b) of dx, H*W outputs, each the gather of the col entries that
 // copied it: pixel (y, x) was copied into window (ky, kx) at output (oy, ox) wherever
 // y = oy*s + ky - p and x = ox*s + kx - p for some oy < Ho, ox < Wo. Every output has one owner,
@@ -94,231 +134,7 @@ struct Col2im {
     });
   }
 };
-
-// Two sums carried together (BatchNorm needs two per channel, in both directions).
-struct TwoSums {
-  double first = 0, second = 0;
-};
-
-// Item: one slice (c, s) of a channel's row of n values: partials[0][c][s] and partials[1][c][s]
-// are the sums of term(c, j) over j = s, s + kSlices, s + 2 kSlices, ... < n.
-template <class Term>
-struct SliceSums {
-  Term term;
-  double* partials;  // [2][channels][kSlices]
-  int channels;
-  i64 n;
-  MGPU_HD void operator()(i64 item) const {
-    const i64 c = item / kSlices;
-    TwoSums t;
-    for (i64 j = item % kSlices; j < n; j += kSlices) {
-      const TwoSums v = term(c, c * n + j);
-      t.first += v.first, t.second += v.second;
-    }
-    partials[item] = t.first;
-    partials[i64(channels) * kSlices + item] = t.second;
-  }
-};
-
-// The terms of BatchNorm's sums; item i is element i of z's [C][n] values. The forward pass's
-// two passes use one sum each (`second` stays 0).
-struct Value {  // pass 1: z
-  const float* z;
-  MGPU_HD TwoSums operator()(i64, i64 i) const { return {z[i], 0.0}; }
-};
-struct CenteredSquare {  // pass 2: (z - mean)^2, mean = sum / count
-  const float* z;
-  const float* sums;  // [0][C]: sum z
-  double count;
-  MGPU_HD TwoSums operator()(i64 c, i64 i) const {
-    const double centered = z[i] - sums[c] / count;
-    return {centered * centered, 0.0};
-  }
-};
-struct GradAndGradXhat {  // backward: (dy, dy * xhat), xhat = (z - mean) * inv_std recomputed
-  const float* dy;
-  const float* z;
-  const float* stats;  // [2][C]: mean, inv_std
-  int channels;
-  MGPU_HD TwoSums operator()(i64 c, i64 i) const {
-    const float xhat = (z[i] - stats[c]) * stats[channels + c];
-    return {dy[i], double(dy[i]) * xhat};
-  }
-};
-
-// Item: one channel c: adds up its kSlices partials of each sum. Where the sums go: first into
-// first[c], second (when wanted) into second[c]; with dgamma and dbeta (backward), they are also
-// added into the parameter gradients.
-struct FinishSums {
-  const double* partials;
-  float* first;
-  float* second;  // may be null
-  float* dgamma;  // may be null
-  float* dbeta;   // may be null
-  int channels;
-  MGPU_HD void operator()(i64 c) const {
-    double a = 0, b = 0;
-    for (int s = 0; s < kSlices; ++s)
-      a += partials[c * kSlices + s], b += partials[(i64(channels) + c) * kSlices + s];
-    first[c] = float(a);
-    if (second) second[c] = float(b);
-    if (dbeta) dbeta[c] += float(a);
-    if (dgamma) dgamma[c] += float(b);
-  }
-};
-
-// Item: one channel c: its batch statistics from the sums, and one step of its running ones.
-struct Statistics {
-  const float* sums;  // [2][C]: sum z, sum (z - mean)^2 over `count` values
-  double count;
-  float eps, momentum;
-  float* running_mean;
-  float* running_var;
-  float* stats;  // [2][C]: mean, inv_std
-  int channels;
-  MGPU_HD void operator()(i64 c) const {
-    const double mean = sums[c] / count;
-    const double var = sums[channels + c] / count;  // biased: what the batch is normalized by
-    stats[c] = float(mean);
-    stats[channels + c] = float(1.0 / sqrt(var + eps));
-    const double unbiased = count > 1 ? var * count / (count - 1) : var;
-    running_mean[c] = float((1 - momentum) * running_mean[c] + momentum * mean);
-    running_var[c] = float((1 - momentum) * running_var[c] + momentum * unbiased);
-  }
-};
-
-struct InferenceStatistics {  // item: one channel c
-  const float* running_mean;
-  const float* running_var;
-  float eps;
-  float* stats;
-  int channels;
-  MGPU_HD void operator()(i64 c) const {
-    stats[c] = running_mean[c];
-    stats[channels + c] = float(1.0 / sqrt(double(running_var[c]) + eps));
-  }
-};
-
-// Item: one channel c's row of n outputs: y = act(gamma (z - mean) inv_std + beta + residual).
-struct BatchNormApply {
-  const float* z;
-  const float* stats;
-  const float* gamma;
-  const float* beta;
-  const float* residual;  // may be null
-  float* y;
-  i64 n;
-  int channels;
-  bool relu;
-  MGPU_HD void operator()(i64 c, int begin, int end) const {
-    const float mean = stats[c], scale = gamma[c] * stats[channels + c], shift = beta[c];
-    const float* zr = z + c * n;
-    float* yr = y + c * n;
-    const float* rr = residual ? residual + c * n : nullptr;
-    for (int j = begin; j < end; ++j) {
-      float v = (zr[j] - mean) * scale + shift;
-      if (rr) v += rr[j];
-      yr[j] = relu && v < 0 ? 0.0f : v;
-    }
-  }
-};
-
-// Item: one channel c's row of n outputs: BatchNorm's input gradient (layers.h, step 3).
-struct BatchNormBackwardInput {
-  const float* dy;
-  const float* z;
-  const float* stats;
-  const float* gamma;
-  const float* sums;  // [2][C]: sum dy, sum dy * xhat, over `count` values
-  float* dz;
-  i64 n;
-  int channels;
-  float count;
-  MGPU_HD void operator()(i64 c, int begin, int end) const {
-    const float mean = stats[c], inv_std = stats[channels + c];
-    const float mean_dy = sums[c] / count, mean_dy_xhat = sums[channels + c] / count;
-    const float k = gamma[c] * inv_std;
-    const float* dyr = dy + c * n;
-    const float* zr = z + c * n;
-    float* dzr = dz + c * n;
-    for (int j = begin; j < end; ++j) {
-      // BEGIN EXERCISE ex09.batch_norm_backward
-      const float xhat = (zr[j] - mean) * inv_std;
-      dzr[j] = k * (dyr[j] - mean_dy - xhat * mean_dy_xhat);
-      // END EXERCISE ex09.batch_norm_backward
-    }
-  }
-};
-
-// Item: one plane (c, b): y[c][b] = the mean of its S values.
-struct GlobalAvgPool {
-  const float* x;
-  float* y;
-  int S;
-  MGPU_HD void operator()(i64 plane) const {
-    float sum = 0;
-    for (int i = 0; i < S; ++i) sum += x[plane * S + i];
-    y[plane] = sum / S;
-  }
-};
-
-// Item: one plane (c, b) of dx, S outputs: each gets dy[c][b] / S.
-struct GlobalAvgPoolBackward {
-  const float* dy;
-  float* dx;
-  int S;
-  MGPU_HD void operator()(i64 plane, int begin, int end) const {
-    const float g = dy[plane] / S;
-    for (int i = begin; i < end; ++i) dx[plane * S + i] = g;
-  }
-};
-
-void check_channels(ImageShape xs, ConvShape c, const char* call) {
-  if (xs.channels != c.in_channels)
-    throw mgpu::Error(std::string(call) + ": the input has " + std::to_string(xs.channels) +
-                      " channels, the convolution expects " + std::to_string(c.in_channels));
-}
-
-// A row of n values is walked with int indices by for_each_span.
-int row_length(i64 n, const char* call) {
-  if (n < 0 || n > 0x7fffffff) throw mgpu::Error(std::string(call) + ": a channel of " + std::to_string(n) + " values");
-  return static_cast<int>(n);
-}
-
-template <class Term>
-void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScratch& scratch, float* first,
-                  float* second, float* dgamma, float* dbeta, double bytes) {
-  if (channels > scratch.max_channels)
-    throw mgpu::Error("channel_sums: " + std::to_string(channels) + " channels, scratch for " +
-                      std::to_string(scratch.max_channels));
-  for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, scratch.partials.data(), channels, n}, bytes);
-  for_each_index(d, channels, FinishSums{scratch.partials.data(), first, second, dgamma, dbeta, channels});
-}
-
 }  // namespace
-
-int conv_output_size(int in, int kernel, int stride, int padding) {
-  return (in + 2 * padding - kernel) / stride + 1;
-}
-
-ImageShape conv_output_shape(ImageShape xs, ConvShape c) {
-  return {c.out_channels, xs.batch, conv_output_size(xs.height, c.kernel, c.stride, c.padding),
-          conv_output_size(xs.width, c.kernel, c.stride, c.padding)};
-}
-
-std::int64_t conv_col_size(ImageShape xs, ConvShape c) {
-  const ImageShape zs = conv_output_shape(xs, c);
-  return i64(c.in_channels) * c.kernel * c.kernel * zs.batch * zs.height * zs.width;
-}
-
-void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
-  check_channels(xs, c, "im2col");
-  const ImageShape zs = conv_output_shape(xs, c);
-  const i64 items = i64(c.in_channels) * c.kernel * c.kernel * xs.batch;
-  for_each_span(d, items, zs.height * zs.width,
-                Im2col{x, col, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width},
-                2.0 * kF * items * zs.height * zs.width);
-}
 
 void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) {
   check_channels(xs, c, "col2im");
@@ -357,14 +173,103 @@ void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShap
   col2im(d, dcol, xs, c, dx);
 }
 
+std::int64_t conv_col_size(ImageShape xs, ConvShape c) {
+  const ImageShape zs = conv_output_shape(xs, c);
+  return i64(c.in_channels) * c.kernel * c.kernel * zs.batch * zs.height * zs.width;
+}
+
+// --- per-channel sums: the reduction BatchNorm is made of
+
 int reduction_slices() { return kSlices; }
 
 ReductionScratch::ReductionScratch(const Device& d, int max_channels)
     : max_channels(max_channels), partials(d, std::size_t(2) * max_channels * kSlices) {}
 
+namespace {
+// Two sums carried together (BatchNorm needs two per channel, in both directions).
+struct TwoSums {
+  double first = 0, second = 0;
+};
+
+// Item: one slice (c, s) of a channel's row of n values: partials[0][c][s] and partials[1][c][s]
+// are the sums of term(c, j) over j = s, s + kSlices, s + 2 kSlices, ... < n.
+template <class Term>
+struct SliceSums {
+  Term term;
+  double* partials;  // [2][channels][kSlices]
+  int channels;
+  i64 n;
+  MGPU_HD void operator()(i64 item) const {
+    const i64 c = item / kSlices;
+    TwoSums t;
+    for (i64 j = item % kSlices; j < n; j += kSlices) {
+      const TwoSums v = term(c, c * n + j);
+      t.first += v.first, t.second += v.second;
+    }
+    partials[item] = t.first;
+    partials[i64(channels) * kSlices + item] = t.second;
+  }
+};
+
+// Item: one channel c: adds up its kSlices partials of each sum. Where the sums go: first into
+// first[c], second (when wanted) into second[c]; with dgamma and dbeta (backward), they are also
+// added into the parameter gradients.
+struct FinishSums {
+  const double* partials;
+  float* first;
+  float* second;  // may be null
+  float* dgamma;  // may be null
+  float* dbeta;   // may be null
+  int channels;
+  MGPU_HD void operator()(i64 c) const {
+    double a = 0, b = 0;
+    for (int s = 0; s < kSlices; ++s)
+      a += partials[c * kSlices + s], b += partials[(i64(channels) + c) * kSlices + s];
+    first[c] = float(a);
+    if (second) second[c] = float(b);
+    if (dbeta) dbeta[c] += float(a);
+    if (dgamma) dgamma[c] += float(b);
+  }
+};
+
+template <class Term>
+void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScratch& scratch, float* first,
+                  float* second, float* dgamma, float* dbeta, double bytes) {
+  if (channels > scratch.max_channels)
+    throw mgpu::Error("channel_sums: " + std::to_string(channels) + " channels, scratch for " +
+                      std::to_string(scratch.max_channels));
+  for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, scratch.partials.data(), channels, n}, bytes);
+  for_each_index(d, channels, FinishSums{scratch.partials.data(), first, second, dgamma, dbeta, channels});
+}
+}  // namespace
+
+// --- BatchNorm
+
+namespace {
+// The terms of BatchNorm's sums (this one, CenteredSquare and GradAndGradXhat below), each summed
+// by channel_sums; item i is element i of z's [C][n] values. The forward pass's two passes use one
+// sum each (`second` stays 0).
+struct Value {  // pass 1: z
+  const float* z;
+  MGPU_HD TwoSums operator()(i64, i64 i) const { return {z[i], 0.0}; }
+};
+}  // namespace
+
 void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch, float* sums) {
   channel_sums(d, channels, n, Value{z}, scratch, sums, nullptr, nullptr, nullptr, kF * channels * n);
 }
+
+namespace {
+struct CenteredSquare {  // pass 2: (z - mean)^2, mean = sum / count
+  const float* z;
+  const float* sums;  // [0][C]: sum z
+  double count;
+  MGPU_HD TwoSums operator()(i64 c, i64 i) const {
+    const double centered = z[i] - sums[c] / count;
+    return {centered * centered, 0.0};
+  }
+};
+}  // namespace
 
 void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
                             ReductionScratch& scratch, float* sums) {
@@ -373,16 +278,78 @@ void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n
                kF * channels * n);
 }
 
+namespace {
+// Item: one channel c: its batch statistics from the sums, and one step of its running ones.
+struct Statistics {
+  const float* sums;  // [2][C]: sum z, sum (z - mean)^2 over `count` values
+  double count;
+  float eps, momentum;
+  float* running_mean;
+  float* running_var;
+  float* stats;  // [2][C]: mean, inv_std
+  int channels;
+  MGPU_HD void operator()(i64 c) const {
+    const double mean = sums[c] / count;
+    const double var = sums[channels + c] / count;  // biased: what the batch is normalized by
+    stats[c] = float(mean);
+    stats[channels + c] = float(1.0 / sqrt(var + eps));
+    const double unbiased = count > 1 ? var * count / (count - 1) : var;
+    running_mean[c] = float((1 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = float((1 - momentum) * running_var[c] + momentum * unbiased);
+  }
+};
+}  // namespace
+
 void batch_norm_statistics(const Device& d, const float* sums, double count, int channels, float eps, float momentum,
                            float* running_mean, float* running_var, float* stats) {
   if (!(count >= 1)) throw mgpu::Error("batch_norm_statistics: no values to normalize over");
   for_each_index(d, channels, Statistics{sums, count, eps, momentum, running_mean, running_var, stats, channels});
 }
 
+namespace {
+struct InferenceStatistics {  // item: one channel c
+  const float* running_mean;
+  const float* running_var;
+  float eps;
+  float* stats;
+  int channels;
+  MGPU_HD void operator()(i64 c) const {
+    stats[c] = running_mean[c];
+    stats[channels + c] = float(1.0 / sqrt(double(running_var[c]) + eps));
+  }
+};
+}  // namespace
+
 void batch_norm_inference_statistics(const Device& d, const float* running_mean, const float* running_var,
                                      int channels, float eps, float* stats) {
   for_each_index(d, channels, InferenceStatistics{running_mean, running_var, eps, stats, channels});
 }
+
+namespace {
+// Item: one channel c's row of n outputs: y = act(gamma (z - mean) inv_std + beta + residual).
+struct BatchNormApply {
+  const float* z;
+  const float* stats;
+  const float* gamma;
+  const float* beta;
+  const float* residual;  // may be null
+  float* y;
+  i64 n;
+  int channels;
+  bool relu;
+  MGPU_HD void operator()(i64 c, int begin, int end) const {
+    const float mean = stats[c], scale = gamma[c] * stats[channels + c], shift = beta[c];
+    const float* zr = z + c * n;
+    float* yr = y + c * n;
+    const float* rr = residual ? residual + c * n : nullptr;
+    for (int j = begin; j < end; ++j) {
+      float v = (zr[j] - mean) * scale + shift;
+      if (rr) v += rr[j];
+      yr[j] = relu && v < 0 ? 0.0f : v;
+    }
+  }
+};
+}  // namespace
 
 void batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats, const float* gamma,
                       const float* beta, const float* residual, lenet::Activation act, float* y) {
@@ -391,11 +358,53 @@ void batch_norm_apply(const Device& d, const float* z, int channels, i64 n, cons
                 kF * channels * n * (residual ? 3.0 : 2.0));
 }
 
+namespace {
+struct GradAndGradXhat {  // backward: (dy, dy * xhat), xhat = (z - mean) * inv_std recomputed
+  const float* dy;
+  const float* z;
+  const float* stats;  // [2][C]: mean, inv_std
+  int channels;
+  MGPU_HD TwoSums operator()(i64 c, i64 i) const {
+    const float xhat = (z[i] - stats[c]) * stats[channels + c];
+    return {dy[i], double(dy[i]) * xhat};
+  }
+};
+}  // namespace
+
 void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
                               const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta) {
   channel_sums(d, channels, n, GradAndGradXhat{dy, z, stats, channels}, scratch, sums, sums + channels, dgamma, dbeta,
                2.0 * kF * channels * n);
 }
+
+namespace {
+// Item: one channel c's row of n outputs: BatchNorm's input gradient (layers.h, step 3).
+struct BatchNormBackwardInput {
+  const float* dy;
+  const float* z;
+  const float* stats;
+  const float* gamma;
+  const float* sums;  // [2][C]: sum dy, sum dy * xhat, over `count` values
+  float* dz;
+  i64 n;
+  int channels;
+  float count;
+  MGPU_HD void operator()(i64 c, int begin, int end) const {
+    const float mean = stats[c], inv_std = stats[channels + c];
+    const float mean_dy = sums[c] / count, mean_dy_xhat = sums[channels + c] / count;
+    const float k = gamma[c] * inv_std;
+    const float* dyr = dy + c * n;
+    const float* zr = z + c * n;
+    float* dzr = dz + c * n;
+    for (int j = begin; j < end; ++j) {
+      // BEGIN EXERCISE ex09.batch_norm_backward
+      const float xhat = (zr[j] - mean) * inv_std;
+      dzr[j] = k * (dyr[j] - mean_dy - xhat * mean_dy_xhat);
+      // END EXERCISE ex09.batch_norm_backward
+    }
+  }
+};
+}  // namespace
 
 void batch_norm_backward_input(const Device& d, const float* dy, const float* z, int channels, i64 n,
                                const float* stats, const float* gamma, const float* sums, double count, float* dz) {
@@ -404,10 +413,39 @@ void batch_norm_backward_input(const Device& d, const float* dy, const float* z,
                 3.0 * kF * channels * n);
 }
 
+// --- global average pooling
+
+namespace {
+// Item: one plane (c, b): y[c][b] = the mean of its S values.
+struct GlobalAvgPool {
+  const float* x;
+  float* y;
+  int S;
+  MGPU_HD void operator()(i64 plane) const {
+    float sum = 0;
+    for (int i = 0; i < S; ++i) sum += x[plane * S + i];
+    y[plane] = sum / S;
+  }
+};
+}  // namespace
+
 void global_avg_pool_forward(const Device& d, const float* x, ImageShape xs, float* y) {
   const i64 planes = i64(xs.channels) * xs.batch;
   for_each_index(d, planes, GlobalAvgPool{x, y, xs.height * xs.width}, kF * (xs.size() + planes));
 }
+
+namespace {
+// Item: one plane (c, b) of dx, S outputs: each gets dy[c][b] / S.
+struct GlobalAvgPoolBackward {
+  const float* dy;
+  float* dx;
+  int S;
+  MGPU_HD void operator()(i64 plane, int begin, int end) const {
+    const float g = dy[plane] / S;
+    for (int i = begin; i < end; ++i) dx[plane * S + i] = g;
+  }
+};
+}  // namespace
 
 void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, float* dx) {
   const i64 planes = i64(xs.channels) * xs.batch;

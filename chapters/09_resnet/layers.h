@@ -11,9 +11,10 @@
 // Conventions, as in chapter 01: forward functions overwrite their outputs; backward functions
 // ADD parameter gradients into their dW, db, dgamma, dbeta and overwrite the input gradient.
 // Chapter 01's layers that need no change are used as they are: lenet::dense_forward /
-// dense_backward, lenet::softmax_cross_entropy, lenet::relu_backward, lenet::add_into,
-// lenet::sgd_update (test_resnet_layers.cpp checks that conv2d_forward with stride 1 and no
-// padding IS chapter 01's convolution, to the bit, so LeNet could be written with this library).
+// dense_backward, lenet::softmax_cross_entropy, lenet::relu_backward; so are the vector kernels it
+// taught, mgpu::add_into and mgpu::sgd_update (common/vector_ops.h). (test_resnet_layers.cpp checks
+// that conv2d_forward with stride 1 and no padding IS chapter 01's convolution, to the bit, so
+// LeNet could be written with this library.)
 #pragma once
 #include <cstdint>
 

@@ -8,6 +8,7 @@
 
 #include "common/exercise.h"  // the student copy's hole calls mgpu::exercise_not_done
 #include "common/random.h"
+#include "common/vector_ops.h"
 
 namespace resnet {
 namespace {
@@ -188,7 +189,7 @@ Replica::Replica(const Device& d, const Network& net, int B)
     bn_stats.emplace_back(d, 2 * b->channels);
   }
   for (int i = 0; i < 3; ++i) grad.emplace_back(d, net.max_activation(B));
-  lenet::fill(d, ones.data(), ones.size(), 1.0f);
+  mgpu::fill(d, ones.data(), ones.size(), 1.0f);
   grads.zero();  // the padding between tensors stays zero for good
 }
 
@@ -389,12 +390,12 @@ void backward(Devices& s) {
     if (b.projection) {
       conv_backward(s, b.conv3, buffer(g_out), output_of(input), buffer(g_a));  // in g_a
       for_each_replica(s, [&](Replica& r) {
-        lenet::add_into(*r.device, r.grad[g_b].data(), r.grad[g_a].data(),
-                        i64(b.conv3.shape.in_channels) * r.n * b.conv3.in_side * b.conv3.in_side);
+        mgpu::add_into(*r.device, r.grad[g_b].data(), r.grad[g_a].data(),
+                       i64(b.conv3.shape.in_channels) * r.n * b.conv3.in_side * b.conv3.in_side);
       });
     } else {
       for_each_replica(s, [&](Replica& r) {
-        lenet::add_into(*r.device, r.grad[g_b].data(), r.grad[g_out].data(), i64(C) * r.n * side * side);
+        mgpu::add_into(*r.device, r.grad[g_b].data(), r.grad[g_out].data(), i64(C) * r.n * side * side);
       });
     }
     std::swap(g_out, g_b);  // dx is the earlier block's g_out

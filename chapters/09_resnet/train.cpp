@@ -12,6 +12,7 @@
 #include "common/memory.h"  // memory_refusal
 #include "common/report.h"  // write_whole_file
 #include "common/timer.h"
+#include "common/vector_ops.h"
 #if MGPU_HAVE_NCCL
 #include "../04_nccl/nccl_allreduce.h"
 #endif
@@ -99,7 +100,7 @@ void train_batch(Devices& s, std::vector<dp::DeviceData>& data, int first, int n
   for (Replica& r : s.replicas) grads.push_back(r.grads.data());
   s.allreduce.run(grads, mgpu::Elements{std::size_t(s.net.param_floats)});
   for (Replica& r : s.replicas)
-    lenet::sgd_update(*r.device, r.params.data(), r.grads.data(), s.net.param_floats, lr / n);
+    mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), s.net.param_floats, lr / n);
 }
 
 // Device 0's running statistics copied to every device: what evaluation normalizes with when
