@@ -1,9 +1,15 @@
-# --- tools/gpu_check.sh, the one command that checks every GPU path. Where no GPU answers it
-# cannot check any, but its own parts can be tested: the command line, and (--allow-no-gpu)
-# running the programs, reading their result lines and writing the report. On a machine with
-# a GPU the script itself is the check: the tests that need "no GPU" then report themselves
-# skipped. Every test here has the label gpu_check, which the script leaves out when it runs
-# the test suite (it must never run itself).
+# --- tools/gpu_check.sh, the one command that checks every GPU path.
+# Its steps: one test per run of a program, gpu.<step>, labelled "gpu" (tools/gpu_check/
+# steps.cmake). They skip unless the script runs them (it sets MGPU_GPU_CHECK): a plain ctest
+# never starts ten minutes of training. The script runs them one by one with
+#   ctest -L '^gpu$'
+include(${CMAKE_SOURCE_DIR}/tools/gpu_check/steps.cmake)
+
+# The script itself. Where no GPU answers it cannot check any, but its own parts can be tested:
+# the command line, and (--allow-no-gpu) running the steps, reading their result lines and
+# writing the report. On a machine with a GPU the script itself is the check: the tests that
+# need "no GPU" then report themselves skipped. Every test below has the label gpu_check, which
+# the script leaves out when it runs the test suite (it must never run itself).
 set(gpu_check_script ${CMAKE_SOURCE_DIR}/tools/gpu_check.sh)
 set(gpu_check_out ${CMAKE_BINARY_DIR}/test-results/gpu_check)
 set(gpu_check_tests)
@@ -31,7 +37,8 @@ add_test(NAME gpu_check_steps_in_readme
                  -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_steps.cmake)
 list(APPEND gpu_check_tests gpu_check_steps_in_readme)
 
-# The whole sequence in the cpu build, short (--quick) and without building (--skip-build):
+# The whole sequence in the cpu build, short (--quick) and without building (--skip-build): the
+# suite's *_help tests, then the gpu.* tests, which the script runs with ctest and reads back;
 # it must end with status 0, and its report must hold a row with a test accuracy for every
 # training program, mark every GPU-only step "not run: no GPU", and say plainly that it is not
 # a GPU validation (gpu_check_run.cmake checks it). In a cuda build without a GPU the programs
@@ -53,9 +60,9 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
                    "-DREPORT_MATCHES=${facts}.*${no_twins}"
                    -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  # About a minute on 2 cores. It runs alone: it runs programs and a part of the suite itself,
-  # and would slow the tests that have time limits of their own.
-  set_tests_properties(gpu_check_report_without_gpu PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+  # About two minutes on 2 cores. It runs alone: it runs programs and a part of the suite
+  # itself, and would slow the tests that have time limits of their own.
+  set_tests_properties(gpu_check_report_without_gpu PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
   list(APPEND gpu_check_tests gpu_check_report_without_gpu)
 
   # --only: the chosen chapter's steps run, no other chapter's, and the verdict still comes.
