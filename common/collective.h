@@ -11,6 +11,8 @@
 //                                       one buffer), with start()/finish() for the overlap
 //   chapter 06  mixed::Ring16Allreduce, mixed::Nccl16Allreduce   the same sums with 16 bits on the wire
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,17 @@ namespace mgpu {
 // buffers[i] lives on the collective's i-th device. A collective between processes is handed
 // this process's buffers only (chapter 05: one).
 using DeviceBuffers = std::vector<float*>;
+
+// Chunk c of n elements cut into k: n / k each, one more for the first n % k chunks (as
+// shard_sizes, but a chunk may be empty: n may be smaller than k). How chapter 03's ring cuts a
+// buffer (taught there), and chapter 06's 16-bit ring and chapter 08's server shards after it.
+struct Chunk {
+  std::size_t begin = 0, count = 0;
+};
+inline Chunk chunk_of(Elements n, int k, int c) {
+  const std::size_t base = n.count / k, extra = n.count % k, uc = static_cast<std::size_t>(c);
+  return Chunk{uc * base + std::min(uc, extra), base + (uc < extra ? 1 : 0)};
+}
 
 class Collective {
  public:

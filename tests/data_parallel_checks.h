@@ -84,7 +84,7 @@ inline std::vector<lenet::HostParams> train_steps(const mgpu::DeviceSet& devices
   replicas.reserve(k);
   for (int i = 0; i < k; ++i)
     replicas.emplace_back(devices[i], lenet::init_params(7, 0.1f), mgpu::shard_sizes(batch, k)[0], layout);
-  std::vector<dp::DeviceData> data = dp::put_on_every_device(devices, set);  // order: 0, 1, 2, ...
+  std::vector<mgpu::DeviceData> data = mgpu::put_on_every_device(devices, set);  // order: 0, 1, 2, ...
   for (int s = 0; s < steps; ++s) dp::train_batch(data, s * batch, batch, replicas, allreduce, lr);
   std::vector<lenet::HostParams> out;
   for (dp::Replica& r : replicas) out.push_back(r.params.download());

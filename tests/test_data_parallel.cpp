@@ -121,8 +121,8 @@ TEST_CASE("split_batch: each device gathers its consecutive shard of the order, 
     const mgpu::LabeledImages set = random_set(first + n + 4, rng);
     std::vector<int> order(set.count);  // a permutation: the set backwards
     for (int i = 0; i < set.count; ++i) order[i] = set.count - 1 - i;
-    std::vector<dp::DeviceData> data = dp::put_on_every_device(devices, set);
-    for (dp::DeviceData& dd : data) dd.order.upload(order);
+    std::vector<mgpu::DeviceData> data = mgpu::put_on_every_device(devices, set);
+    for (mgpu::DeviceData& dd : data) dd.order.upload(order);
     std::vector<dp::Replica> replicas;
     replicas.reserve(k);
     for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), mgpu::shard_sizes(n, k)[0]);
@@ -143,7 +143,7 @@ TEST_CASE("split_batch: each device gathers its consecutive shard of the order, 
   }
   mgpu::DeviceSet devices(3);
   mgpu::Rng rng(3);
-  std::vector<dp::DeviceData> data = dp::put_on_every_device(devices, random_set(4, rng));
+  std::vector<mgpu::DeviceData> data = mgpu::put_on_every_device(devices, random_set(4, rng));
   std::vector<dp::Replica> replicas;
   replicas.reserve(3);
   for (int i = 0; i < 3; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), 1);

@@ -40,7 +40,7 @@ Announced run(int n, int lanes, int chunk, bool with_hook) {
   lenet::Params p = lenet::upload_params(d, lenet::init_params(3, 0.1f), lenet::Layout::Flat);
   lenet::Params g = lenet::zero_params(d, lenet::Layout::Flat);
   lenet::Lanes ln(d, lanes, chunk);
-  lenet::Metrics m(d);
+  mgpu::Metrics m(d);
   mgpu::Buffer<float> x(d, e.x.size());
   mgpu::Buffer<std::int32_t> y(d, e.y.size());
   x.upload(e.x);

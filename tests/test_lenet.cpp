@@ -278,12 +278,12 @@ TEST_CASE("gather copies the chosen examples and their labels into a batch") {
   const mgpu::Device& d = devices[0];
   mgpu::Rng rng(3);
   const mgpu::LabeledImages host = random_images(8, rng);
-  const lenet::DeviceImages data(d, host);
+  const mgpu::DeviceImages data(d, host);
   const std::vector<std::int32_t> order = {5, 2, 7};
   mgpu::Buffer<std::int32_t> order_d(d, order.size());
   order_d.upload(order);
-  lenet::Batch batch(d, 4);
-  lenet::gather(d, data, order_d.data(), 3, batch);
+  mgpu::Batch batch(d, 4);
+  mgpu::gather(d, data, order_d.data(), 3, batch);
   const std::vector<float> x = batch.x.download();  // [1][4][28][28], the first 3 filled
   const std::vector<std::int32_t> y = batch.y.download();
   for (int b = 0; b < 3; ++b) {
@@ -301,12 +301,12 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   mgpu::Rng rng(4);
-  const lenet::DeviceImages data(d, random_images(8, rng));
+  const mgpu::DeviceImages data(d, random_images(8, rng));
   mgpu::Buffer<std::int32_t> order(d, 8);
   order.upload(std::vector<std::int32_t>{3, 1, 7, 0, 5, 2, 6, 4});
   lenet::Params p = lenet::upload_params(d, lenet::init_params(11, 0.1f));
-  lenet::Batch batch(d, 8);
-  lenet::gather(d, data, order.data(), 8, batch);
+  mgpu::Batch batch(d, 8);
+  mgpu::gather(d, data, order.data(), 8, batch);
 
   struct Result {
     HostParams grad;
@@ -315,7 +315,7 @@ TEST_CASE("accumulate_gradients in chunks gives the gradient of the whole batch"
   auto run = [&](int lanes, int capacity) {
     lenet::Lanes l(d, lanes, capacity);
     lenet::Params g = lenet::zero_params(d);
-    lenet::Metrics m(d);
+    mgpu::Metrics m(d);
     lenet::accumulate_gradients(d, p, g, l, batch.x.data(), batch.y.data(), 8, m);
     return Result{g.download(), m.read()};
   };
@@ -358,7 +358,7 @@ TEST_CASE("evaluate_accuracy is the fraction classified right, whatever the chun
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   mgpu::Rng rng(5);
-  const lenet::DeviceImages data(d, random_images(10, rng));
+  const mgpu::DeviceImages data(d, random_images(10, rng));
   lenet::Params p = lenet::upload_params(d, lenet::init_params(12, 0.1f));
 
   lenet::Workspace all(d, 10);  // one pass over the 10 images, counted here

@@ -298,11 +298,11 @@ struct Setup {
   Setup(int k, int examples) : devices(k) {
     mgpu::Rng rng(60);
     set = testing::random_set(examples, rng);
-    data = dp::put_on_every_device(devices, set);
+    data = mgpu::put_on_every_device(devices, set);
   }
   mgpu::DeviceSet devices;
   mgpu::LabeledImages set;
-  std::vector<dp::DeviceData> data;
+  std::vector<mgpu::DeviceData> data;
 };
 
 // A collective that counts its calls and, when told, puts an inf into one device's gradient
@@ -401,7 +401,7 @@ TEST_CASE("accumulation: on 2 devices, the same weights as 1 device") {
 
 TEST_CASE("flushed_to_zero: a tiny loss scale flushes fp16 gradients to zero, a large one keeps them") {
   Setup s(1, 64);
-  const lenet::DeviceImages images(s.devices[0], s.set);
+  const mgpu::DeviceImages images(s.devices[0], s.set);
   std::array<double, 4> flushed_at[2];
   int i = 0;
   for (float scale : {std::ldexp(1.0f, -16), std::ldexp(1.0f, 8)}) {

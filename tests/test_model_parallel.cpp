@@ -32,8 +32,8 @@ lenet::HostParams one_device(const mgpu::LabeledImages& set, int batch, int step
   lenet::Params p = lenet::upload_params(d, lenet::init_params(7, 0.1f));
   lenet::Params g = lenet::zero_params(d);
   lenet::Lanes lanes = lenet::make_lanes(d, batch);
-  lenet::Metrics metrics(d);
-  lenet::DeviceImages images(d, set);
+  mgpu::Metrics metrics(d);
+  mgpu::DeviceImages images(d, set);
   for (int s = 0; s < steps; ++s) {
     g.zero();
     lenet::accumulate_gradients(d, p, g, lanes, images.pixels.data() + std::int64_t(s) * batch * 784,
@@ -182,7 +182,7 @@ TEST_CASE("evaluation through the pipeline agrees with chapter 01's, and the met
   mgpu::DeviceSet one(1);
   lenet::Params p = lenet::upload_params(one[0], init);
   lenet::Lanes lanes = lenet::make_lanes(one[0], 16);
-  const lenet::DeviceImages images(one[0], set);
+  const mgpu::DeviceImages images(one[0], set);
   CHECK(got == doctest::Approx(lenet::evaluate_accuracy(one[0], p, lanes, images)));
   // Training metrics: every example's loss counted once, on the last stage.
   pipeline.set_training_data(set);

@@ -26,7 +26,7 @@ struct Setup {
   }
   mgpu::DeviceSet devices;
   dp::DataParallel trainer;
-  dp::DeviceData data;
+  mgpu::DeviceData data;
 };
 
 // The header's formulas, written out: bytes moved by a step of n on k devices, and device 0's

@@ -125,7 +125,7 @@ struct Rig {
   ~Rig() { server.reset(); }  // before the replicas: its threads copy into them
   mgpu::DeviceSet devices;
   std::vector<dp::Replica> replicas;
-  std::vector<dp::DeviceData> data;
+  std::vector<mgpu::DeviceData> data;
   std::unique_ptr<ps::ParameterServer> server;
 };
 

@@ -30,14 +30,14 @@ TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n 
       CAPTURE(n);
       std::size_t next = 0;
       for (int c = 0; c < k; ++c) {
-        const ring::Chunk chunk = ring::chunk_of(Elements{n}, k, c);
+        const mgpu::Chunk chunk = mgpu::chunk_of(Elements{n}, k, c);
         CHECK(chunk.begin == next);
         CHECK(chunk.count == n / k + (std::size_t(c) < n % k ? 1 : 0));
         next = chunk.begin + chunk.count;
       }
       CHECK(next == n);
     }
-  CHECK(ring::chunk_of(Elements{2}, 4, 3).count == 0);  // fewer elements than devices: empty chunks
+  CHECK(mgpu::chunk_of(Elements{2}, 4, 3).count == 0);  // fewer elements than devices: empty chunks
 }
 
 // One buffer of n floats per device, device i's holding host_of(i), and the pointers an
@@ -70,7 +70,7 @@ TEST_CASE("reduce_scatter: device i ends with the whole sum of chunk (i + 1) mod
       ring::RingAllreduce allreduce(devices, n);
       allreduce.reduce_scatter(on.data, Elements{n});
       for (int i = 0; i < k; ++i) {
-        const ring::Chunk c = ring::chunk_of(Elements{n}, k, (i + 1) % k);
+        const mgpu::Chunk c = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
         const std::vector<float> got = on.buffers[i].download();
         testing::check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
                              std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
@@ -89,7 +89,7 @@ TEST_CASE("all_gather: every device ends with chunk (i + 1) mod k of each device
       for (std::size_t j = 0; j < n; ++j) expected[j] = bench::input(7, j);
       // Device i holds only its own chunk; everything else is -1, which no input is.
       OnDevices on(devices, n, [&](int i) {
-        const ring::Chunk own = ring::chunk_of(Elements{n}, k, (i + 1) % k);
+        const mgpu::Chunk own = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
         std::vector<float> host(n, -1.0f);
         for (std::size_t j = own.begin; j < own.begin + own.count; ++j) host[j] = expected[j];
         return host;

@@ -8,43 +8,8 @@
 #include "common/vector_ops.h"
 
 namespace lenet {
-namespace {
 
-constexpr int kSide = 28, kPixels = kSide * kSide;
-
-// Item: one example b of the batch, 784 contiguous outputs x[b][0..784) copied from the
-// example order[b] of the dataset (and its label, by the owner of pixel 0).
-struct GatherImages {
-  const float* pixels;
-  const std::int32_t* labels;
-  const std::int32_t* order;
-  float* x;
-  std::int32_t* y;
-  MGPU_HD void operator()(std::int64_t b, int begin, int end) const {
-    const std::int64_t example = order[b];
-    const float* __restrict__ src = pixels + example * kPixels;
-    float* __restrict__ dst = x + b * kPixels;
-    for (int i = begin; i < end; ++i) dst[i] = src[i];
-    if (begin == 0) y[b] = labels[example];
-  }
-};
-
-// Item: one slot s of the metrics: adds the losses and hits of examples s, s + kSlots, ...
-// (fewer than n) into slot s's partial sums.
-struct AddMetrics {
-  const float* loss;
-  const float* correct;
-  double* sums;  // [2][kSlots]
-  int n;
-  MGPU_HD void operator()(std::int64_t s) const {
-    double l = 0, c = 0;
-    for (std::int64_t i = s; i < n; i += Metrics::kSlots) l += loss[i], c += correct[i];
-    sums[s] += l;
-    sums[Metrics::kSlots + s] += c;
-  }
-};
-
-}  // namespace
+using mgpu::kImagePixels;
 
 std::int64_t parameter_count() {
   std::int64_t n = 0;
@@ -180,30 +145,8 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   layer_done(0);                                                                                             // W1, b1
 }
 
-DeviceImages::DeviceImages(const Device& d, const mgpu::LabeledImages& host)
-    : count(host.count), pixels(d, host.pixels.size()), labels(d, host.labels.size()) {
-  pixels.upload(host.pixels);
-  labels.upload(host.labels);
-}
-
-std::array<double, 2> Metrics::read() const {
-  const std::vector<double> slots = sums.download();  // [2][kSlots]
-  double loss = 0, hits = 0;
-  for (int s = 0; s < kSlots; ++s) loss += slots[s], hits += slots[kSlots + s];
-  return {loss, hits};
-}
-
-void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m) {
-  accumulate_metrics(d, ws.loss.data(), ws.correct.data(), n, m);
-}
-
-void accumulate_metrics(const Device& d, const float* loss, const float* correct, int n, Metrics& m) {
-  mgpu::for_each_index(d, std::min(n, Metrics::kSlots), AddMetrics{loss, correct, m.sums.data(), n});
-}
-
-void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out) {
-  mgpu::for_each_span(d, n, kPixels, GatherImages{data.pixels.data(), data.labels.data(), order, out.x.data(), out.y.data()},
-                      2.0 * sizeof(float) * n * kPixels);
+void accumulate_metrics(const Device& d, const Workspace& ws, int n, mgpu::Metrics& m) {
+  mgpu::accumulate_metrics(d, ws.loss.data(), ws.correct.data(), n, m);
 }
 
 Lanes::Lanes(const Device& d, int lanes, int capacity) {
@@ -222,12 +165,6 @@ Lanes make_lanes(const Device& d, int batch_size) {
 }
 
 namespace {
-
-struct AddSums {  // item i: dst[i] += src[i], over a Metrics' 2 * kSlots partial sums
-  double* dst;
-  const double* src;
-  MGPU_HD void operator()(std::int64_t i) const { dst[i] += src[i]; }
-};
 
 // g's tensors of layer l (2l and 2l + 1) += those of lane_g (Flat): one kernel when g is Flat
 // too (the two tensors and the padding between them are neighbours), else one per tensor.
@@ -254,9 +191,9 @@ void for_each_chunk(const Device& d, Lanes& lanes, int n, F f) {
 }  // namespace
 
 void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
-                          const std::int32_t* y, int n, Metrics& m, const GradientReady& ready) {
+                          const std::int32_t* y, int n, mgpu::Metrics& m, const GradientReady& ready) {
   for (Params& lane_g : lanes.grads) lane_g.zero();
-  for (Metrics& lm : lanes.metrics) lm.reset();
+  for (mgpu::Metrics& lm : lanes.metrics) lm.reset();
   // With one lane, the chunk that ends the batch is the last to add into g, so each layer is
   // complete as soon as that chunk's backward pass has passed it: ready() is called from there.
   const bool one_lane = lanes.count() == 1;
@@ -264,7 +201,7 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
   // The loss is a sum over examples, so the gradient of a batch is the sum of its chunks' gradients.
   for_each_chunk(d, lanes, n, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
-    forward(d, p, ws, x + std::int64_t(start) * kPixels, size);
+    forward(d, p, ws, x + std::int64_t(start) * kImagePixels, size);
     loss(d, ws, y + start, size, /*with_gradient=*/true);
     accumulate_metrics(d, ws, size, lanes.metrics[lane]);
     const bool last_chunk = one_lane && start + size == n;
@@ -277,8 +214,7 @@ void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, c
     for (const Params& lane_g : lanes.grads) add_layer(d, g, lane_g, layer);
     if (ready && !told) ready(layer);
   }
-  for (const Metrics& lm : lanes.metrics)
-    mgpu::for_each_index(d, 2 * Metrics::kSlots, AddSums{m.sums.data(), lm.sums.data()});
+  for (const mgpu::Metrics& lm : lanes.metrics) mgpu::add_metrics(d, m, lm);
 }
 
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) {
@@ -290,16 +226,16 @@ void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size) 
     mgpu::sgd_update(d, p.tensors[i], g.tensors[i], kParams[i].count, lr / batch_size);
 }
 
-double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data) {
-  for (Metrics& lm : lanes.metrics) lm.reset();
+double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const mgpu::DeviceImages& data) {
+  for (mgpu::Metrics& lm : lanes.metrics) lm.reset();
   for_each_chunk(d, lanes, data.count, [&](int lane, int start, int size) {
     Workspace& ws = lanes.workspaces[lane];
-    forward(d, p, ws, data.pixels.data() + std::int64_t(start) * kPixels, size);
+    forward(d, p, ws, data.pixels.data() + std::int64_t(start) * kImagePixels, size);
     loss(d, ws, data.labels.data() + start, size, /*with_gradient=*/false);
     accumulate_metrics(d, ws, size, lanes.metrics[lane]);
   });
   double hits = 0;
-  for (const Metrics& lm : lanes.metrics) hits += lm.read()[1];
+  for (const mgpu::Metrics& lm : lanes.metrics) hits += lm.read()[1];
   return hits / data.count;
 }
 

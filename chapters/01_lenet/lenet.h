@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/device.h"
+#include "common/device_data.h"  // DeviceImages, Batch, gather, Metrics: taught here, kept in common/
 #include "common/fashion_mnist.h"
 #include "layers.h"
 
@@ -117,41 +118,8 @@ using GradientReady = std::function<void(int layer)>;
 // calling ready(l) as soon as layer l's gradients have been added.
 void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready = {});
 
-// A dataset split resident on a device, uploaded once.
-struct DeviceImages {
-  DeviceImages(const Device& d, const mgpu::LabeledImages& host);
-  int count;
-  mgpu::Buffer<float> pixels;         // [count][28*28]
-  mgpu::Buffer<std::int32_t> labels;  // [count]
-};
-
-// Running sums over an epoch, kept on the device so no step waits for the host. A sum of a
-// batch's losses is a reduction; done by one thread it would leave a GPU idle and, worse, be
-// serial in the batch size. Here it is done in two stages: each step adds example i into slot
-// i % kSlots (kSlots threads, each adding its few examples), and read() adds up the slots once
-// an epoch, when the host wants the number anyway.
-struct Metrics {
-  static constexpr int kSlots = 1024;
-  explicit Metrics(const Device& d) : sums(d, 2 * kSlots) { sums.zero(); }
-  mgpu::Buffer<double> sums;  // [2][kSlots]: partial loss sums, then partial counts of correct answers
-  void reset() { sums.zero(); }
-  std::array<double, 2> read() const;  // [loss sum, correct count]; synchronizes
-};
 // Adds ws.loss and ws.correct of n examples into m.
-void accumulate_metrics(const Device& d, const Workspace& ws, int n, Metrics& m);
-// The same from any per-example loss [n] and correct [n] on d (chapter 07's last pipeline stage).
-void accumulate_metrics(const Device& d, const float* loss, const float* correct, int n, Metrics& m);
-
-// A batch (or one device's shard of a batch) on a device.
-struct Batch {
-  Batch(const Device& d, int capacity) : x(d, std::size_t(capacity) * 28 * 28), y(d, capacity) {}
-  mgpu::Buffer<float> x;         // [1][n][28][28]  images (C = 1, so also [n][28][28])
-  mgpu::Buffer<std::int32_t> y;  // [n]             labels
-};
-
-// Copies examples order[0..n) of `data` into out; `order` is on the device.
-void gather(const Device& d, const DeviceImages& data, const std::int32_t* order, int n, Batch& out);
-
+void accumulate_metrics(const Device& d, const Workspace& ws, int n, mgpu::Metrics& m);
 // How one device works through a batch: in chunks of at most capacity() images, spread over
 // count() lanes. Each lane has its own Workspace, gradient arrays and metrics, and takes every
 // count()-th chunk. A GPU runs one lane over the whole batch (its parallelism is inside each
@@ -164,7 +132,7 @@ struct Lanes {
   int capacity() const { return workspaces[0].capacity; }
   std::vector<Workspace> workspaces;
   std::vector<Params> grads;    // lanes 1..count()-1 (lane 0 adds straight into the caller's g)
-  std::vector<Metrics> metrics; // one per lane
+  std::vector<mgpu::Metrics> metrics; // one per lane
 };
 // This backend's choice for batches of batch_size: min(lanes_per_device(d), number of chunks)
 // lanes, each taking chunks of chunk_images() images.
@@ -176,13 +144,13 @@ Lanes make_lanes(const Device& d, int batch_size);
 // chunk's backward pass when one lane does all the work (a GPU, or a CPU with one thread),
 // after the lanes are summed when several do, and at the end when n == 0 (g is complete).
 void accumulate_gradients(const Device& d, Params& p, Params& g, Lanes& lanes, const float* x,
-                          const std::int32_t* y, int n, Metrics& m, const GradientReady& ready = {});
+                          const std::int32_t* y, int n, mgpu::Metrics& m, const GradientReady& ready = {});
 
 // p -= lr * g / batch_size for all eight tensors: d2l's sgd(params, lr, batch_size).
 void sgd(const Device& d, Params& p, const Params& g, float lr, int batch_size);
 
 // Fraction of `data` classified correctly.
-double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const DeviceImages& data);
+double evaluate_accuracy(const Device& d, Params& p, Lanes& lanes, const mgpu::DeviceImages& data);
 
 // How many images one lane's forward/backward pass takes at a time on this backend (lenet.cu).
 int chunk_images(int batch_size);

@@ -44,9 +44,9 @@ struct Trainer {
   const mgpu::Device& d;
   Params params, grads;
   Lanes lanes;
-  const DeviceImages train_set;
-  Batch batch;
-  Metrics metrics;
+  const mgpu::DeviceImages train_set;
+  mgpu::Batch batch;
+  mgpu::Metrics metrics;
 };
 
 }  // namespace
@@ -55,7 +55,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
                  mgpu::TrainingLog& log, bool capture_step, long* replayed_steps) {
   const mgpu::Device& d = devices[0];
   Trainer t(d, data.train, o.seed, mgpu::largest_batch(o.batch_size, data.train.count));
-  const DeviceImages test_set(d, data.test);
+  const mgpu::DeviceImages test_set(d, data.test);
   mgpu::ShuffledBatches batches(t.train_set.count, o.batch_size, o.seed);
   mgpu::Buffer<std::int32_t> order(d, t.train_set.count);  // this epoch's permutation, on the device
   mgpu::SyncTimer timer(devices);

@@ -97,22 +97,8 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   // END EXERCISE ex02.allreduce
 }
 
-DeviceData::DeviceData(const Device& d, const mgpu::LabeledImages& set) : images(d, set), order(d, set.count) {}
-
-std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu::LabeledImages& set) {
-  std::vector<int> identity(set.count);
-  for (int i = 0; i < set.count; ++i) identity[i] = i;
-  std::vector<DeviceData> data;
-  data.reserve(devices.size());
-  for (int i = 0; i < devices.size(); ++i) {
-    data.emplace_back(devices[i], set);
-    data.back().order.upload(identity);
-  }
-  return data;
-}
-
-std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
-  if (data.size() != replicas.size()) throw mgpu::Error("split_batch: one DeviceData per replica expected");
+std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
+  if (data.size() != replicas.size()) throw mgpu::Error("split_batch: one mgpu::DeviceData per replica expected");
   const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(replicas.size()));
   if (first < 0 || first + n > data[0].images.count)
     throw mgpu::Error("split_batch: examples " + std::to_string(first) + ".." + std::to_string(first + n) +
@@ -121,7 +107,7 @@ std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, st
   int start = first;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     // Queued on device i: the next sizes[i] indices of the order pick the examples it copies.
-    lenet::gather(*replicas[i].device, data[i].images, data[i].order.data() + start, sizes[i], replicas[i].shard);
+    mgpu::gather(*replicas[i].device, data[i].images, data[i].order.data() + start, sizes[i], replicas[i].shard);
     start += sizes[i];
   }
   // END EXERCISE ex02.split_batch
@@ -150,7 +136,7 @@ void sgd_step(std::vector<Replica>& replicas, float lr, int n, const mgpu::Colle
   for (Replica& r : replicas) lenet::sgd(*r.device, r.params, r.grads, lr / allreduce.result_scale(), n);
 }
 
-void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
+void train_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
                  mgpu::Collective& allreduce, float lr) {
   // BEGIN EXERCISE ex02.train_batch
   const std::vector<int> sizes = split_batch(data, first, n, replicas);

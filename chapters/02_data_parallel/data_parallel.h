@@ -4,7 +4,7 @@
 //   get_params   the host parameters copied to a device, gradients zeroed
 //   Allreduce    d2l's allreduce (a mgpu::Collective): sum every device's gradients on device 0,
 //                copy the sum back
-//   DeviceData   the training set and the epoch's order, resident on every device
+//   DeviceData   the training set and the epoch's order, resident on every device (common/)
 //   split_batch  a batch cut into k shards (remainder-aware), each gathered by its device
 //   train_batch  forward + backward on every device, allreduce, the same SGD step everywhere
 //   train        d2l's train(num_gpus, batch_size, lr): train.h
@@ -39,9 +39,9 @@ struct Replica {
           lenet::Layout layout = lenet::Layout::PerTensor);
   const Device* device;
   lenet::Params params, grads;
-  lenet::Batch shard;  // [n_i][28][28] images and [n_i] labels: this device's part of the batch
+  mgpu::Batch shard;  // [n_i][28][28] images and [n_i] labels: this device's part of the batch
   lenet::Lanes lanes;
-  lenet::Metrics metrics;
+  mgpu::Metrics metrics;
 };
 
 // Every replica's flat gradient bucket (lenet::flat_count() = 129,216 floats each): what a collective that sums
@@ -77,23 +77,10 @@ class Allreduce : public mgpu::Collective {
   std::vector<std::unique_ptr<mgpu::Event>> done_;  // per device: "its part is finished"
 };
 
-// The training set on one device, uploaded once, and the epoch's order of its examples, uploaded
-// once per epoch. d2l's loop hands every batch from the host (its DataLoader) to the devices;
-// with the whole set on every device (188 MB of images: little beside a GPU's memory) no step
-// moves an image across the host link, and a step needs nothing from the host but kernel
-// launches. (The host's copy of the batch was a round trip per step, with a wait per device.)
-struct DeviceData {
-  DeviceData(const Device& d, const mgpu::LabeledImages& set);
-  lenet::DeviceImages images;        // [count][28][28] pixels, [count] labels
-  mgpu::Buffer<std::int32_t> order;  // [count]: the epoch's permutation (ShuffledBatches::order)
-};
-// One DeviceData per device, all with the whole of `set` (its order: 0, 1, 2, ... until set).
-std::vector<DeviceData> put_on_every_device(const DeviceSet& devices, const mgpu::LabeledImages& set);
-
 // d2l's split_batch(X, y, devices): the batch is the n examples order[first .. first + n) of
 // the epoch's order; shard i (the next mgpu::shard_sizes(n, k)[i] of them) is gathered by device i,
 // from its own copy of the data, into replicas[i].shard. Returns the shard sizes.
-std::vector<int> split_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas);
+std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas);
 
 // Forward and backward on replica r's shard of n examples (split_batch put it there): its
 // gradients are zeroed, then the shard's gradient is added in. Only queues work on r's device.
@@ -104,7 +91,7 @@ void compute_gradients(Replica& r, int n);
 // streams with cores of their own), allreduce the gradients, and let every device take the
 // same SGD step, dividing by the full batch size n.
 // The batch is order[first .. first + n) of every device's data (see split_batch).
-void train_batch(std::vector<DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
+void train_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
                  mgpu::Collective& allreduce, float lr);
 
 // The SGD step every device takes after the allreduce: p -= lr * g / n on each replica, with

@@ -65,7 +65,7 @@ void DataParallel::copy(const Device& to, float* dst, const Device& from, const 
   if (to.id != from.id) step_bytes_ += n * sizeof(float);
 }
 
-void DataParallel::step(DeviceData& data, int first, int n, float lr) {
+void DataParallel::step(mgpu::DeviceData& data, int first, int n, float lr) {
   const int k = static_cast<int>(workers_.size());
   if (n > capacity_)
     throw mgpu::Error("DataParallel::step: a batch of " + std::to_string(n) + " examples exceeds the " +
@@ -88,7 +88,7 @@ void DataParallel::step(DeviceData& data, int first, int n, float lr) {
   }
   // 2. Scatter: device 0 gathers the whole batch from its copy of the training set, [n][28][28]
   //    and [n]; device i pulls its shard's images. Device 0's own shard is the batch's front.
-  lenet::gather(d0, data.images, data.order.data() + first, n, batch_);
+  mgpu::gather(d0, data.images, data.order.data() + first, n, batch_);
   w0.ready->record(d0);
   for (int i = 1; i < k; ++i) {
     w0.ready->make_wait(*workers_[i].device);
@@ -169,8 +169,8 @@ DataParallelRun train_dataparallel(const DeviceSet& devices, const mgpu::Fashion
   mgpu::check_batches_fit(data.train.count, o.batch_size, devices.size());
   const int largest = mgpu::largest_batch(o.batch_size, data.train.count);
   DataParallel trainer(devices, lenet::init_params(o.seed), largest);
-  DeviceData train(devices[0], data.train);  // device 0 only: the batch is gathered there
-  const lenet::DeviceImages test(devices[0], data.test);
+  mgpu::DeviceData train(devices[0], data.train);  // device 0 only: the batch is gathered there
+  const mgpu::DeviceImages test(devices[0], data.test);
   lenet::Lanes eval_lanes = lenet::make_lanes(devices[0], largest);
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   mgpu::SyncTimer timer(devices);

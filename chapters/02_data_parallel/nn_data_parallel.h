@@ -50,7 +50,7 @@ class DataParallel {
   DataParallel& operator=(const DataParallel&) = delete;
 
   // One step on the examples order[first .. first + n) of `data`, which lives on devices[0].
-  void step(DeviceData& data, int first, int n, float lr);
+  void step(mgpu::DeviceData& data, int first, int n, float lr);
 
   lenet::Params& master() { return workers_[0].params; }  // on devices[0]
   std::size_t step_bytes() const { return step_bytes_; }  // moved between devices by the last step
@@ -77,7 +77,7 @@ class DataParallel {
 
   std::vector<Worker> workers_;
   int capacity_, chunk_;          // the largest batch; images per chunk
-  lenet::Batch batch_;            // on device 0: [B][28][28] images, [B] labels
+  mgpu::Batch batch_;            // on device 0: [B][28][28] images, [B] labels
   mgpu::Buffer<float> logits_;    // on device 0: [10][m] per chunk, in batch order: 10 B floats
   mgpu::Buffer<float> dlogits_;   // on device 0: the same layout
   mgpu::Buffer<float> loss_, correct_, ones_;  // on device 0: [B] each

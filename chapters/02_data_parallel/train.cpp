@@ -31,13 +31,13 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
       make_replicas(devices, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count), layout);
 
   // The test set: a slice per device (d2l's exercise 4), or all of it on device 0 (d2l's way).
-  std::vector<lenet::DeviceImages> test_sets;
+  std::vector<mgpu::DeviceImages> test_sets;
   const std::vector<int> test_sizes =
       o.eval_all_devices ? mgpu::shard_sizes(data.test.count, k) : std::vector<int>{data.test.count};
   for (std::size_t i = 0, start = 0; i < test_sizes.size(); start += test_sizes[i], ++i)
     test_sets.emplace_back(devices[i], slice(data.test, static_cast<int>(start), test_sizes[i]));
 
-  std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);  // once per run
+  std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // once per run
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   mgpu::SyncTimer timer(devices);
 
@@ -45,7 +45,7 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
     for (Replica& r : replicas) r.metrics.reset();
     timer.start();
     batches.start_epoch(epoch);
-    for (DeviceData& dd : train_data) dd.order.upload(batches.order());  // once per epoch
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());  // once per epoch
     for (int b = 0; b < batches.count(); ++b) {
       const int n = batches.size(b);
       train_batch(train_data, b * o.batch_size, n, replicas, allreduce,
@@ -83,7 +83,7 @@ class TimedStep {
  public:
   explicit TimedStep(std::vector<Replica>& replicas) : replicas_(replicas), t_(synchronized_now()) {}
 
-  void run(std::vector<DeviceData>& data, int first, int n, mgpu::Collective& allreduce, float lr,
+  void run(std::vector<mgpu::DeviceData>& data, int first, int n, mgpu::Collective& allreduce, float lr,
            StepTimes& times) {
     const std::vector<int> sizes = split_batch(data, first, n, replicas_);
     lap(times.split);
@@ -129,10 +129,10 @@ StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data
                         mgpu::Collective& allreduce, int steps, lenet::Layout layout) {
   std::vector<Replica> replicas =
       make_replicas(devices, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count), layout);
-  std::vector<DeviceData> train_data = put_on_every_device(devices, data.train);
+  std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   batches.start_epoch(0);
-  for (DeviceData& dd : train_data) dd.order.upload(batches.order());
+  for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
   // Step 0 warms up (first-touch of memory, library setup), untimed.
   train_batch(train_data, 0, batches.size(0), replicas, allreduce, o.lr);
   StepTimes times;

@@ -18,7 +18,7 @@
 #include "common/program.h"
 #include "common/report.h"
 #include "cost_model.h"
-#include "../01_lenet/lenet.h"
+#include "../01_lenet/lenet.h"  // flat_count: LeNet's gradient bucket, a size the cost model prices
 
 namespace bench {
 namespace {

@@ -8,14 +8,9 @@
 
 namespace ring {
 
-Chunk chunk_of(Elements n, int k, int c) {
-  const std::size_t base = n.count / k, extra = n.count % k, uc = static_cast<std::size_t>(c);
-  return Chunk{uc * base + std::min(uc, extra), base + (uc < extra ? 1 : 0)};
-}
-
 RingAllreduce::RingAllreduce(const DeviceSet& devices, std::size_t max_elements)
     : devices_(devices), max_elements_(max_elements) {
-  const std::size_t largest_chunk = chunk_of(Elements{max_elements_}, devices.size(), 0).count;
+  const std::size_t largest_chunk = mgpu::chunk_of(Elements{max_elements_}, devices.size(), 0).count;
   for (int i = 0; i < devices.size(); ++i) {
     staging_.emplace_back(devices[i], largest_chunk);
     step_done_.push_back(std::make_unique<mgpu::Event>(devices[i]));  // marks devices[i]'s steps only
@@ -85,7 +80,7 @@ void RingAllreduce::reduce_scatter(const std::vector<float*>& data, Elements n) 
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
       const int from = (i + k - 1) % k;
-      const Chunk c = chunk_of(n, k, ((from - s) % k + k) % k);
+      const mgpu::Chunk c = mgpu::chunk_of(n, k, ((from - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);
       receive_and_add(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
     }
@@ -104,7 +99,7 @@ void RingAllreduce::all_gather(const std::vector<float*>& data, Elements n) {
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
       const int from = (i + k - 1) % k;
-      const Chunk c = chunk_of(n, k, ((from + 1 - s) % k + k) % k);
+      const mgpu::Chunk c = mgpu::chunk_of(n, k, ((from + 1 - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);
       receive(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
     }

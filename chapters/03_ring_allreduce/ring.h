@@ -26,13 +26,6 @@ using mgpu::Device;
 using mgpu::DeviceSet;
 using mgpu::Elements;
 
-// Chunk c of n elements cut into k: n / k each, one more for the first n % k chunks (as
-// chapter 02's shard_sizes, but a chunk may be empty: n may be smaller than k).
-struct Chunk {
-  std::size_t begin = 0, count = 0;
-};
-Chunk chunk_of(Elements n, int k, int c);
-
 class RingAllreduce : public mgpu::Collective {
  public:
   // max_elements: the largest buffer run() will be given (each device keeps a staging buffer
@@ -45,7 +38,7 @@ class RingAllreduce : public mgpu::Collective {
   // run = reduce_scatter, then all_gather.
   void run(const std::vector<float*>& data, Elements n) override;
   // The two halves, each a collective of its own (NCCL has both: ncclReduceScatter and
-  // ncclAllGather). Chunks are chunk_of(n, k, c).
+  // ncclAllGather). Chunks are mgpu::chunk_of(n, k, c).
   //   reduce_scatter: afterwards device i's chunk (i + 1) mod k holds that chunk's sum over
   //                   all devices; its other chunks hold partial sums.
   //   all_gather:     device i's chunk (i + 1) mod k is copied to every other device.

@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "../01_lenet/lenet.h"
+#include "../01_lenet/lenet.h"  // chapter 01's LeNet: its flat bucket, layer by layer
 #include "common/collective.h"
 #include "common/device.h"
 #include "world.h"

@@ -75,12 +75,12 @@ struct RankState {
         metrics(dev) {}
   const mgpu::Device& d;
   lenet::Params params, grads;        // Flat: grads is the bucket the allreduce sums
-  lenet::DeviceImages train_set;      // all of it: every epoch, any example can fall in this rank's blocks
-  lenet::DeviceImages test_set;       // this rank's block of the test set
+  mgpu::DeviceImages train_set;      // all of it: every epoch, any example can fall in this rank's blocks
+  mgpu::DeviceImages test_set;       // this rank's block of the test set
   mgpu::Buffer<std::int32_t> order;   // [examples] the epoch's permutation
-  lenet::Batch batch;                 // this rank's block of the current global batch
+  mgpu::Batch batch;                 // this rank's block of the current global batch
   lenet::Lanes lanes;
-  lenet::Metrics metrics;             // this rank's loss and hits of the epoch
+  mgpu::Metrics metrics;             // this rank's loss and hits of the epoch
 };
 
 double now_seconds() { return mgpu::steady_seconds(); }
@@ -90,7 +90,7 @@ double now_seconds() { return mgpu::steady_seconds(); }
 // completes each layer's gradients (3, then 2, 1, 0).
 void compute_gradients(RankState& s, const DistributedSampler& sampler, int step, const lenet::GradientReady& ready) {
   const Block mine = sampler.block(step);
-  lenet::gather(s.d, s.train_set, s.order.data() + mine.start, mine.count, s.batch);
+  mgpu::gather(s.d, s.train_set, s.order.data() + mine.start, mine.count, s.batch);
   s.grads.zero();
   lenet::accumulate_gradients(s.d, s.params, s.grads, s.lanes, s.batch.x.data(), s.batch.y.data(), mine.count,
                               s.metrics, ready);

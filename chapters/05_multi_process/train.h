@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../01_lenet/lenet.h"
+#include "../01_lenet/lenet.h"  // chapter 01's LeNet: what every rank trains
 #include "collective.h"
 #include "common/cli.h"
 #include "common/fashion_mnist.h"

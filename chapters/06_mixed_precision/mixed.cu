@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "../01_lenet/layers.h"
+#include "../01_lenet/layers.h"  // chapter 01's layers: this chapter runs them on rounded inputs
 #include "common/parallel.h"
 #include "common/vector_ops.h"
 
@@ -150,10 +150,10 @@ void for_each_chunk(const Device& d, lenet::Lanes& lanes, int n, F f) {
 }  // namespace
 
 void accumulate_gradients(const Device& d, Precision p, float loss_scale, lenet::Params& w, lenet::Params& g,
-                          lenet::Lanes& lanes, const float* x, const std::int32_t* y, int n, lenet::Metrics& m) {
+                          lenet::Lanes& lanes, const float* x, const std::int32_t* y, int n, mgpu::Metrics& m) {
   if (g.layout() != lenet::Layout::Flat) throw mgpu::Error("mixed::accumulate_gradients: g must be stored Flat");
   for (lenet::Params& lane_g : lanes.grads) lane_g.zero();
-  for (lenet::Metrics& lm : lanes.metrics) lm.reset();
+  for (mgpu::Metrics& lm : lanes.metrics) lm.reset();
   for_each_chunk(d, lanes, n, [&](int lane, int start, int size) {
     lenet::Workspace& ws = lanes.workspaces[lane];
     forward(d, p, w, ws, x + std::int64_t(start) * kPixels, size);
@@ -162,13 +162,13 @@ void accumulate_gradients(const Device& d, Precision p, float loss_scale, lenet:
     backward(d, p, w, lane == 0 ? g : lanes.grads[lane - 1], ws, size, loss_scale);
   });
   for (const lenet::Params& lane_g : lanes.grads) mgpu::add_into(d, g.flat(), lane_g.flat(), lenet::flat_count());
-  for (const lenet::Metrics& lm : lanes.metrics)
-    mgpu::for_each_index(d, 2 * lenet::Metrics::kSlots, AddSums{m.sums.data(), lm.sums.data()});
+  for (const mgpu::Metrics& lm : lanes.metrics)
+    mgpu::for_each_index(d, 2 * mgpu::Metrics::kSlots, AddSums{m.sums.data(), lm.sums.data()});
 }
 
 double evaluate_accuracy(const Device& d, Precision p, lenet::Params& w, lenet::Lanes& lanes,
-                         const lenet::DeviceImages& data) {
-  for (lenet::Metrics& lm : lanes.metrics) lm.reset();
+                         const mgpu::DeviceImages& data) {
+  for (mgpu::Metrics& lm : lanes.metrics) lm.reset();
   for_each_chunk(d, lanes, data.count, [&](int lane, int start, int size) {
     lenet::Workspace& ws = lanes.workspaces[lane];
     forward(d, p, w, ws, data.pixels.data() + std::int64_t(start) * kPixels, size);
@@ -176,7 +176,7 @@ double evaluate_accuracy(const Device& d, Precision p, lenet::Params& w, lenet::
     lenet::accumulate_metrics(d, ws, size, lanes.metrics[lane]);
   });
   double hits = 0;
-  for (const lenet::Metrics& lm : lanes.metrics) hits += lm.read()[1];
+  for (const mgpu::Metrics& lm : lanes.metrics) hits += lm.read()[1];
   return hits / data.count;
 }
 

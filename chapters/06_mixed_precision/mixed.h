@@ -16,7 +16,7 @@
 #pragma once
 #include <cstdint>
 
-#include "../01_lenet/lenet.h"
+#include "../01_lenet/lenet.h"  // chapter 01's LeNet: the model this chapter trains in 16 bits
 #include "formats.h"
 
 namespace mixed {
@@ -54,10 +54,10 @@ void backward(const Device& d, Precision p, lenet::Params& w, lenet::Params& g, 
 // chunks over the lanes; the (scaled) gradient ADDED into g, loss and accuracy into m.
 // g must be stored Flat (the lanes' gradients are summed into it with one kernel).
 void accumulate_gradients(const Device& d, Precision p, float loss_scale, lenet::Params& w, lenet::Params& g,
-                          lenet::Lanes& lanes, const float* x, const std::int32_t* y, int n, lenet::Metrics& m);
+                          lenet::Lanes& lanes, const float* x, const std::int32_t* y, int n, mgpu::Metrics& m);
 
 // Fraction of `data` (pixels already rounded to p) that the working weights w classify right.
 double evaluate_accuracy(const Device& d, Precision p, lenet::Params& w, lenet::Lanes& lanes,
-                         const lenet::DeviceImages& data);
+                         const mgpu::DeviceImages& data);
 
 }  // namespace mixed

@@ -14,7 +14,7 @@ Ring16Allreduce::Ring16Allreduce(const mgpu::DeviceSet& devices, Precision forma
       max_elements_(max_elements) {
   if (format != Precision::BF16 && format != Precision::FP16)
     throw mgpu::Error("Ring16Allreduce: the wire format must be bf16 or fp16");
-  const std::size_t largest_chunk = ring::chunk_of(Elements{max_elements_}, devices.size(), 0).count;
+  const std::size_t largest_chunk = mgpu::chunk_of(Elements{max_elements_}, devices.size(), 0).count;
   for (int i = 0; i < devices.size(); ++i) {
     wire_.emplace_back(devices[i], max_elements_);
     staging_.emplace_back(devices[i], largest_chunk);
@@ -39,7 +39,7 @@ void Ring16Allreduce::half(const std::vector<std::uint16_t*>& wire, Elements n, 
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
       const int from = (i + k - 1) % k;
-      const ring::Chunk c = ring::chunk_of(n, k, ((from + first_chunk - s) % k + k) % k);
+      const mgpu::Chunk c = mgpu::chunk_of(n, k, ((from + first_chunk - s) % k + k) % k);
       step_done_[from]->make_wait(devices_[i]);  // the sender's previous step is done
       if (add) {  // reduce-scatter: through the staging buffer, added in fp32, rounded once
         mgpu::copy_peer(devices_[i], staging_[i].data(), devices_[from], wire[from] + c.begin, Elements{c.count});

@@ -14,7 +14,7 @@
 #include "mixed.h"
 #include "ring16.h"
 #if defined(MGPU_HAVE_NCCL) && MGPU_HAVE_NCCL
-#include "../04_nccl/nccl_allreduce.h"
+#include "../04_nccl/nccl_allreduce.h"  // chapter 04's collective: --allreduce nccl in fp32
 #include "nccl16.h"
 #define MGPU_CHAPTER06_NCCL 1
 #else
@@ -139,7 +139,7 @@ MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& m
                                                                     : mgpu::GemmPrecision::Fp32);
 }
 
-bool MixedTrainer::step(std::vector<dp::DeviceData>& data, int first, int n, float lr) {
+bool MixedTrainer::step(std::vector<mgpu::DeviceData>& data, int first, int n, float lr) {
   const Precision p = mo_.precision;
   const float scale = scaler_ ? scaler_->scale() : 1.0f;
   // What the backward pass multiplies the summed loss's gradient by: the loss scale, and 1/n
@@ -184,7 +184,7 @@ bool MixedTrainer::step(std::vector<dp::DeviceData>& data, int first, int n, flo
   return true;
 }
 
-double MixedTrainer::evaluate(const lenet::DeviceImages& test) {
+double MixedTrainer::evaluate(const mgpu::DeviceImages& test) {
   dp::Replica& r = replicas_[0];
   copy_rounded(*r.device, mo_.precision, r.params.flat(), working_[0].flat(), lenet::flat_count());
   return evaluate_accuracy(*r.device, mo_.precision, working_[0], r.lanes, test);
@@ -205,7 +205,7 @@ void MixedTrainer::reset_metrics() {
 
 lenet::HostParams MixedTrainer::master_params() const { return replicas_[0].params.download(); }
 
-std::array<double, 4> MixedTrainer::flushed_to_zero(const lenet::DeviceImages& images, int n_step) {
+std::array<double, 4> MixedTrainer::flushed_to_zero(const mgpu::DeviceImages& images, int n_step) {
   dp::Replica& r = replicas_[0];
   const Device& d = *r.device;
   lenet::Workspace& ws = r.lanes.workspaces[0];
@@ -254,11 +254,11 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
                        *exchange);
 
   // The images as a 16-bit GEMM reads them, rounded once (the pixels i/255 are not all exact in 16 bits).
-  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);
+  std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);
   for (int i = 0; i < k; ++i)
     round_in_place(devices[i], mo.precision, train_data[i].images.pixels.data(),
                    static_cast<std::int64_t>(train_data[i].images.pixels.size()));
-  lenet::DeviceImages test(devices[0], data.test);
+  mgpu::DeviceImages test(devices[0], data.test);
   round_in_place(devices[0], mo.precision, test.pixels.data(), static_cast<std::int64_t>(test.pixels.size()));
 
   const int step_examples = o.batch_size * mo.accumulate;  // one optimizer step
@@ -270,7 +270,7 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
     trainer.reset_metrics();
     timer.start();
     batches.start_epoch(epoch);
-    for (dp::DeviceData& dd : train_data) dd.order.upload(batches.order());
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
     for (int b = 0; b < batches.count(); ++b) {
       const float lr = mgpu::learning_rate_at(o, epoch, b, batches.count());
       trainer.step(train_data, b * step_examples, batches.size(b), lr);

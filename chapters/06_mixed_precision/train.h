@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../02_data_parallel/data_parallel.h"
+#include "../02_data_parallel/data_parallel.h"  // chapter 02's replicas and step: what this chapter makes mixed
 #include "common/cli.h"
 #include "common/collective.h"
 #include "common/report.h"
@@ -74,10 +74,10 @@ class MixedTrainer {
   // micro-batches of micro_batch examples (the last may be shorter), each split across the
   // devices, the gradients added up; one allreduce; the loss scaler's check; one SGD step with
   // the rate lr over all n examples. Returns false when the step was skipped (overflow).
-  bool step(std::vector<dp::DeviceData>& data, int first, int n, float lr);
+  bool step(std::vector<mgpu::DeviceData>& data, int first, int n, float lr);
 
   // Device 0's working weights, rounded from its master weights now, on `test`.
-  double evaluate(const lenet::DeviceImages& test);
+  double evaluate(const mgpu::DeviceImages& test);
   // The training loss and correct answers summed over every device since reset_metrics().
   std::array<double, 2> read_metrics();
   void reset_metrics();
@@ -86,7 +86,7 @@ class MixedTrainer {
   // `images` through device 0 in the run's precision, the backward pass in fp32 (scaled as a
   // step of n_step examples would be), then, for dz4, dz3, dz2 and dz1 (the gradients the GEMMs
   // read), the fraction of their nonzero values that round_to(precision) makes 0.
-  std::array<double, 4> flushed_to_zero(const lenet::DeviceImages& images, int n_step);
+  std::array<double, 4> flushed_to_zero(const mgpu::DeviceImages& images, int n_step);
   const LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   std::vector<dp::Replica>& replicas() { return replicas_; }
 

@@ -117,7 +117,7 @@ std::int64_t per_image(int layer_count_a, int layer_count_b) { return std::int64
 // One micro-batch's activations on one stage, for up to B = capacity images. Only the buffers
 // of the stage's own layers are allocated; the others stay empty.
 struct Slot {
-  std::unique_ptr<lenet::Batch> images;  // stage 0: [B][28][28] images and [B] labels, gathered here
+  std::unique_ptr<mgpu::Batch> images;  // stage 0: [B][28][28] images and [B] labels, gathered here
   Buffer<float> x;                       // later stages: [kFeaturesInto[first]][B], received
   Buffer<std::int32_t> y;                // later stages: [B] labels, received beside x
   Buffer<float> col1, h1, p1, col2, h2, p2, f, h3, z4;
@@ -164,8 +164,8 @@ struct Pipeline::Stage {
   std::vector<Slot> slots;  // one per micro-batch in flight (peak_in_flight of the schedule)
   // Scratch that one micro-batch's backward pass uses and leaves: [features][B] each.
   Buffer<float> ones, dout, dh3, df, dp2, dh2, dcol2, dp1, dh1;
-  std::unique_ptr<lenet::Metrics> metrics, eval_metrics;  // last stage
-  std::unique_ptr<lenet::DeviceImages> train, test;       // first stage
+  std::unique_ptr<mgpu::Metrics> metrics, eval_metrics;  // last stage
+  std::unique_ptr<mgpu::DeviceImages> train, test;       // first stage
   Buffer<std::int32_t> order, test_order;                 // first stage
   // Events of this device, per micro-batch j of a step:
   std::vector<std::unique_ptr<mgpu::Event>> sent_forward;  // j's output is ready to be copied forward
@@ -195,7 +195,7 @@ Pipeline::Stage::Stage(const Device& d, int first_, int last_, int stages, int i
   for (int i = 0; i < slot_count; ++i) {
     Slot s;
     if (is_first) {
-      s.images = std::make_unique<lenet::Batch>(d, B);
+      s.images = std::make_unique<mgpu::Batch>(d, B);
     } else {
       s.x = Buffer<float>(d, floats(kFeaturesInto[first]));
       s.y = Buffer<std::int32_t>(d, B);
@@ -219,7 +219,7 @@ Pipeline::Stage::Stage(const Device& d, int first_, int last_, int stages, int i
               dcol2 = Buffer<float>(d, floats(per_image(500, 81)));
   if (has(1) && first < 1) dp1 = Buffer<float>(d, floats(kFeaturesInto[1]));
   if (has(0)) dh1 = Buffer<float>(d, floats(per_image(20, 676)));
-  if (is_last) metrics = std::make_unique<lenet::Metrics>(d), eval_metrics = std::make_unique<lenet::Metrics>(d);
+  if (is_last) metrics = std::make_unique<mgpu::Metrics>(d), eval_metrics = std::make_unique<mgpu::Metrics>(d);
   sent_forward = events(d, m);
   sent_back = events(d, m);
   took_forward = events(d, m);
@@ -300,7 +300,7 @@ void Pipeline::synchronize() const {
 void Pipeline::set_training_data(const mgpu::LabeledImages& train) {
   for (auto& r : replicas_) {
     Stage& st = *r->stages[0];
-    st.train = std::make_unique<lenet::DeviceImages>(*st.device, train);
+    st.train = std::make_unique<mgpu::DeviceImages>(*st.device, train);
     st.order = Buffer<std::int32_t>(*st.device, train.count);
   }
 }
@@ -396,9 +396,9 @@ void Pipeline::run_op(Replica& r, int s, Op op, const std::vector<int>& sizes, i
     // copied it before it is overwritten.
     if (!st.is_last && j >= S) r.stages[s + 1]->took_forward[j - S]->make_wait(d);
     if (st.is_first) {
-      const lenet::DeviceImages& data = training ? *st.train : *st.test;
+      const mgpu::DeviceImages& data = training ? *st.train : *st.test;
       const std::int32_t* order = (training ? st.order : st.test_order).data();
-      lenet::gather(d, data, order + start, n, *slot.images);
+      mgpu::gather(d, data, order + start, n, *slot.images);
       mark.add('W', t0, t0);
     } else {
       // BEGIN EXERCISE ex07.send_activations
@@ -425,7 +425,7 @@ void Pipeline::run_op(Replica& r, int s, Op op, const std::vector<int>& sizes, i
     if (st.is_last) {  // the loss, its gradient (training only), and the running metrics
       lenet::softmax_cross_entropy(d, slot.z4.data(), slot.labels(), 10, n, slot.loss.data(), slot.correct.data(),
                                    training ? slot.dz4.data() : nullptr);
-      lenet::accumulate_metrics(d, slot.loss.data(), slot.correct.data(), n,
+      mgpu::accumulate_metrics(d, slot.loss.data(), slot.correct.data(), n,
                                 training ? *st.metrics : *st.eval_metrics);
     }
     mark.add('F', t2, mark.now());  // before the event: the next stage starts after this clock reading
@@ -578,7 +578,7 @@ double Pipeline::evaluate(const mgpu::LabeledImages& test, int batch_size) {
   Replica& r = *replicas_[0];
   Stage& st0 = *r.stages[0];
   if (!st0.test || st0.test->count != test.count) {
-    st0.test = std::make_unique<lenet::DeviceImages>(*st0.device, test);
+    st0.test = std::make_unique<mgpu::DeviceImages>(*st0.device, test);
     std::vector<int> identity(test.count);
     for (int i = 0; i < test.count; ++i) identity[i] = i;
     st0.test_order = Buffer<std::int32_t>(*st0.device, test.count);

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "../01_lenet/lenet.h"
+#include "../01_lenet/lenet.h"  // chapter 01's LeNet: the model cut into stages
 #include "common/collective.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"

@@ -9,7 +9,7 @@
 #include <limits>
 #include <thread>
 
-#include "../03_ring_allreduce/ring.h"
+#include "common/collective.h"  // chunk_of: the shards' slices of the bucket
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/threads.h"
 #include "common/vector_ops.h"
@@ -118,7 +118,7 @@ struct Request {
 
 class ServerShard {
  public:
-  ServerShard(int index, const Device& device, ring::Chunk range, const std::vector<float>& init_flat,
+  ServerShard(int index, const Device& device, mgpu::Chunk range, const std::vector<float>& init_flat,
               std::vector<const Device*> workers, Mode mode, Clock::time_point start)
       : index_(index),
         device_(device),
@@ -157,7 +157,7 @@ class ServerShard {
     request_arrived_.notify_one();
   }
 
-  ring::Chunk range() const { return range_; }
+  mgpu::Chunk range() const { return range_; }
   std::vector<float> download() { return master_.download(); }
   std::int64_t version() const {
     const std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -257,7 +257,7 @@ class ServerShard {
 
   int index_;
   const Device& device_;
-  ring::Chunk range_;
+  mgpu::Chunk range_;
   Mode mode_;
   Clock::time_point start_;
   std::vector<const Device*> workers_;
@@ -300,7 +300,7 @@ ParameterServer::ParameterServer(const DeviceSet& devices, const std::vector<int
   const int s = static_cast<int>(server_devices.size());
   const Clock::time_point start = Clock::now();
   for (int j = 0; j < s; ++j) {
-    const ring::Chunk range = ring::chunk_of(mgpu::Elements{init_flat.size()}, s, j);
+    const mgpu::Chunk range = mgpu::chunk_of(mgpu::Elements{init_flat.size()}, s, j);
     if (range.count == 0) throw mgpu::Error("ParameterServer: more shards than parameters");
     shards_.push_back(
         std::make_unique<ServerShard>(j, devices[server_devices[j]], range, init_flat, workers, mode, start));
@@ -435,7 +435,7 @@ struct EpochShared {
 };
 
 // Worker i's loop: wait for its turn, take the next item, pull, compute, push.
-void work(int i, EpochShared& e, dp::DeviceData& data, dp::Replica& r, WorkerStats& stats) {
+void work(int i, EpochShared& e, mgpu::DeviceData& data, dp::Replica& r, WorkerStats& stats) {
   const Device& d = *r.device;
   mgpu::activate(d);
   for (;;) {
@@ -446,7 +446,7 @@ void work(int i, EpochShared& e, dp::DeviceData& data, dp::Replica& r, WorkerSta
     const Clock::time_point began = Clock::now();
     // The pull returns once every shard has queued its copy; the work below queues after it.
     const std::vector<std::int64_t> versions = e.server.pull(i, r.params);
-    lenet::gather(d, data.images, data.order.data() + w.first, w.count, r.shard);
+    mgpu::gather(d, data.images, data.order.data() + w.first, w.count, r.shard);
     r.grads.zero();
     lenet::accumulate_gradients(d, r.params, r.grads, r.lanes, r.shard.x.data(), r.shard.y.data(), w.count,
                                 r.metrics);
@@ -470,7 +470,7 @@ void work(int i, EpochShared& e, dp::DeviceData& data, dp::Replica& r, WorkerSta
 
 }  // namespace
 
-std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<dp::DeviceData>& data,
+std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<mgpu::DeviceData>& data,
                                    std::vector<dp::Replica>& replicas, const std::vector<WorkItem>& items,
                                    const Settings& settings, int epoch, const std::function<float(int)>& lr_of) {
   const int k = static_cast<int>(replicas.size());

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "../02_data_parallel/data_parallel.h"
-#include "../03_ring_allreduce/cost_model.h"
+#include "../02_data_parallel/data_parallel.h"  // chapter 02's replicas: a worker is one
+#include "../03_ring_allreduce/cost_model.h"    // chapter 03's cost model: the server's traffic priced beside the ring's
 #include "common/device.h"
 
 namespace ps {
@@ -108,7 +108,7 @@ struct Traffic {
 
 class ServerShard;  // parameter_server.cpp
 
-// s shards on s server devices, holding LeNet's flat bucket split with ring::chunk_of (chapter 03's
+// s shards on s server devices, holding LeNet's flat bucket split with mgpu::chunk_of (chapter 03's
 // chunks: shard j holds elements [begin_j, begin_j + count_j) of lenet::flat_count()).
 class ParameterServer {
  public:
@@ -178,7 +178,7 @@ struct WorkerStats {
 // takes more of them; under BSP the barrier gives each worker exactly one per step), each
 // pulling, computing on its replica, and pushing to `server`. data[i] and replicas[i] live on
 // worker i's device; replicas must be Flat. `lr_of(batch)`: the rate of a batch's pushes.
-std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<dp::DeviceData>& data,
+std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<mgpu::DeviceData>& data,
                                    std::vector<dp::Replica>& replicas, const std::vector<WorkItem>& items,
                                    const Settings& settings, int epoch, const std::function<float(int)>& lr_of);
 

@@ -31,7 +31,7 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
   // Each worker: a replica (its pulled copy of the model, its gradients, scratch) and the whole
   // training set, as in chapter 02. A worker's piece of a batch is at most the first shard's size.
   std::vector<dp::Replica> replicas;
-  std::vector<dp::DeviceData> train_data;
+  std::vector<mgpu::DeviceData> train_data;
   replicas.reserve(k);
   train_data.reserve(k);
   const int largest_piece = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];
@@ -39,7 +39,7 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
     replicas.emplace_back(devices[w], init, largest_piece, lenet::Layout::Flat);
     train_data.emplace_back(devices[w], data.train);
   }
-  const lenet::DeviceImages test_set(*replicas[0].device, data.test);
+  const mgpu::DeviceImages test_set(*replicas[0].device, data.test);
   // Made after the replicas, so destroyed before them: its threads and queued copies use them.
   ParameterServer server(devices, placement.server_devices(), placement.worker_devices(), init, settings.mode);
 
@@ -49,7 +49,7 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
   result.steps_per_epoch = batches.count();
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     batches.start_epoch(epoch);
-    for (dp::DeviceData& dd : train_data) dd.order.upload(batches.order());
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
     for (dp::Replica& r : replicas) r.metrics.reset();
     const auto lr_of = [&](int batch) { return mgpu::learning_rate_at(o, epoch, batch, batches.count()); };
     timer.start();

@@ -18,7 +18,7 @@
 #pragma once
 #include <cstdint>
 
-#include "../01_lenet/layers.h"
+#include "../01_lenet/layers.h"  // chapter 01's layers: ResNet reuses its dense layer, loss and ReLU
 #include "common/device.h"
 
 namespace nn {

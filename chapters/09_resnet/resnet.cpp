@@ -353,7 +353,7 @@ void loss(Devices& s, bool with_gradient) {
   for_each_replica(s, [&](Replica& r) {
     lenet::softmax_cross_entropy(*r.device, r.logits.data(), r.labels, 10, r.n, r.loss.data(), r.correct.data(),
                                  with_gradient ? r.dlogits.data() : nullptr);
-    lenet::accumulate_metrics(*r.device, r.loss.data(), r.correct.data(), r.n, r.metrics);
+    mgpu::accumulate_metrics(*r.device, r.loss.data(), r.correct.data(), r.n, r.metrics);
   });
 }
 

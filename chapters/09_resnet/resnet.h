@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "../01_lenet/lenet.h"
 #include "common/collective.h"
 #include "common/device.h"
+#include "common/device_data.h"  // Batch, Metrics
 #include "layers.h"
 
 namespace resnet {
@@ -122,7 +122,7 @@ struct Replica {
   const Device* device;
   int capacity;
   mgpu::Buffer<float> params, grads, state;  // param_floats, param_floats, state_floats
-  lenet::Batch shard;                        // [n][28][28] images and [n] labels
+  mgpu::Batch shard;                        // [n][28][28] images and [n] labels
   // What the next forward pass reads: n images x [n][28][28] and labels [n] (the shard, or a
   // slice of the test set), n <= capacity; n == 0: this device sits the pass out.
   const float* x = nullptr;
@@ -136,7 +136,7 @@ struct Replica {
   std::vector<mgpu::Buffer<float>> grad;  // 3 buffers of max_activation: the backward pass's gradients
   mgpu::Buffer<float> col, dcol, ones;    // a convolution's scratch; ones [B*28*28]
   nn::ReductionScratch reduction;
-  lenet::Metrics metrics;
+  mgpu::Metrics metrics;
   float* param(const Network& net, int t) { return params.data() + net.params[t].offset; }
   float* grad_of(const Network& net, int t) { return grads.data() + net.params[t].offset; }
   float* stat(const Network& net, int t) { return state.data() + net.state[t].offset; }

@@ -6,15 +6,15 @@
 #include <memory>
 #include <sstream>
 
-#include "../02_data_parallel/data_parallel.h"
-#include "../03_ring_allreduce/ring.h"
+#include "../02_data_parallel/data_parallel.h"  // dp::Allreduce: --allreduce naive
+#include "../03_ring_allreduce/ring.h"            // ring::RingAllreduce: --allreduce ring
 #include "common/batches.h"
 #include "common/memory.h"  // memory_refusal
 #include "common/report.h"  // write_whole_file
 #include "common/timer.h"
 #include "common/vector_ops.h"
 #if MGPU_HAVE_NCCL
-#include "../04_nccl/nccl_allreduce.h"
+#include "../04_nccl/nccl_allreduce.h"  // nccl::NcclAllreduce: --allreduce nccl
 #endif
 
 namespace resnet {
@@ -77,12 +77,12 @@ std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network
 
 // d2l's split_batch: the n examples order[first .. first + n) of the epoch, shard i (the next
 // shard_sizes(n, k)[i] of them) gathered by device i from its own copy of the data.
-void split_batch(std::vector<dp::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
+void split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
   const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(replicas.size()));
   int start = first;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     Replica& r = replicas[i];
-    lenet::gather(*r.device, data[i].images, data[i].order.data() + start, sizes[i], r.shard);
+    mgpu::gather(*r.device, data[i].images, data[i].order.data() + start, sizes[i], r.shard);
     r.x = r.shard.x.data(), r.labels = r.shard.y.data(), r.n = sizes[i];
     start += sizes[i];
   }
@@ -90,7 +90,7 @@ void split_batch(std::vector<dp::DeviceData>& data, int first, int n, std::vecto
 
 // d2l's train_batch: forward and backward on every device, the gradients summed, the same SGD
 // step everywhere (lr / n: the loss is the batch's mean, as d2l's CrossEntropyLoss).
-void train_batch(Devices& s, std::vector<dp::DeviceData>& data, int first, int n, float lr) {
+void train_batch(Devices& s, std::vector<mgpu::DeviceData>& data, int first, int n, float lr) {
   split_batch(data, first, n, s.replicas);
   for (Replica& r : s.replicas) r.grads.zero();
   forward(s, /*training=*/true);
@@ -119,7 +119,7 @@ void share_running_statistics(std::vector<Replica>& replicas) {
 
 // Test accuracy in evaluation mode, the test set cut into chunks of each device's capacity,
 // chunk c on device c % k (all_devices; else every chunk on device 0, as d2l evaluates).
-double evaluate_accuracy(Devices& s, std::vector<lenet::DeviceImages>& test, bool all_devices) {
+double evaluate_accuracy(Devices& s, std::vector<mgpu::DeviceImages>& test, bool all_devices) {
   share_running_statistics(s.replicas);
   for (Replica& r : s.replicas) r.metrics.reset(), r.n = 0;
   const int k = all_devices ? static_cast<int>(s.replicas.size()) : 1;
@@ -255,8 +255,8 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
   Devices s{net, replicas, ro.bn, *collective};
 
-  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // once per run
-  std::vector<lenet::DeviceImages> test_data;
+  std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // once per run
+  std::vector<mgpu::DeviceImages> test_data;
   for (int i = 0; i < k; ++i) test_data.emplace_back(devices[i], data.test);
   mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
   mgpu::SyncTimer timer(devices);
@@ -264,7 +264,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
     for (Replica& r : replicas) r.metrics.reset();
     timer.start();
     batches.start_epoch(epoch);
-    for (dp::DeviceData& dd : train_data) dd.order.upload(batches.order());
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
     for (int b = 0; b < batches.count(); ++b) {
       train_batch(s, train_data, b * o.batch_size, batches.size(b),
                   mgpu::learning_rate_at(o, epoch, b, batches.count()));
@@ -296,7 +296,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
       make_replicas(devices, net, mgpu::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
   const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
   Devices s{net, replicas, ro.bn, *collective};
-  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
+  std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
   train_batch(s, train_data, 0, n, o.lr);  // the first step pays one-time costs: not timed
   devices.synchronize();
   StepProfile result;
@@ -325,7 +325,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
   const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
   Devices s{net, replicas, ro.bn, *collective};
-  std::vector<dp::DeviceData> train_data = dp::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
+  std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
 
   split_batch(train_data, 0, n, replicas);
   for (Replica& r : replicas) r.grads.zero();
