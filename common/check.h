@@ -1,6 +1,6 @@
 // Checked calls. Every CUDA and cuBLAS call goes through one of these macros, so a
 // failure names the call, the file and line, and the library's own error string:
-//   CUDA error: cudaMalloc(&p, bytes) at common/device.cpp:206: out of memory (cudaErrorMemoryAllocation)
+//   CUDA error: cudaMalloc(&p, bytes) at common/device_cuda.cpp:124: out of memory (cudaErrorMemoryAllocation)
 // Failures throw mgpu::Error; each program's main() prints it and exits non-zero.
 #pragma once
 #include <stdexcept>
@@ -19,7 +19,7 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "common/device.cpp" rather than the absolute path the compiler was given.
+// "common/device_cuda.cpp" rather than the absolute path the compiler was given.
 std::string short_path(const char* file);
 
 #if MGPU_CUDA

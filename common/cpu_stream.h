@@ -1,4 +1,4 @@
-// What a device is in the cpu build: a stream, as on a GPU. Only common/device.cpp,
+// What a device is in the cpu build: a stream, as on a GPU. Only common/device_cpu.cpp,
 // common/parallel.h, common/gemm.cpp (and the device tests) include this file; chapters never
 // use it directly.
 //

@@ -9,7 +9,11 @@
 // synchronize(), in downloads and uploads, and in Event::synchronize().
 //
 // Buffer<T> is an array of T on one device. Sizes are element counts everywhere; the
-// only place that turns them into bytes is inside this file's functions.
+// only place that turns them into bytes is inside the functions declared here.
+//
+// One header, three files behind it: device_common.cpp holds what both builds do the same way
+// (the table of which device owns which memory, the checks and their messages), and the build
+// compiles one of device_cuda.cpp and device_cpu.cpp, the backend's half.
 //
 // Three of CUDA's rules are checked here in BOTH builds, so that the cpu build (which CI runs)
 // refuses what would fail on GPUs:
@@ -33,32 +37,42 @@
 
 namespace mgpu {
 
-#if !MGPU_CUDA
-namespace cpu {
-class Stream;  // common/cpu_stream.h
-}
-#endif
-
 struct Device;
-#if !MGPU_CUDA
+
+// What a device's handles are in each backend: the one place in this header that depends on the
+// build. The classes below hold these types, so each of them reads the same in both builds.
+#if MGPU_CUDA
+using StreamHandle = cudaStream_t;    // a CUDA stream on the device's GPU
+using BlasHandle = cublasHandle_t;    // cuBLAS, bound to that stream
+using EventHandle = cudaEvent_t;      // a CUDA event, created on its device's GPU
+using GraphHandle = cudaGraphExec_t;  // a recorded CUDA graph, ready to launch
+#else
 namespace cpu {
+class Stream;       // common/cpu_stream.h: a queue of work and the worker thread that runs it
+struct EventMarks;  // common/device_cpu.cpp: the marks an event queued and those passed
 // d's stream; throws, naming d, for a device that no DeviceSet made (it has none).
 Stream& stream_of(const Device& d);
 }  // namespace cpu
+using StreamHandle = cpu::Stream*;
+using BlasHandle = std::nullptr_t;  // OpenBLAS takes no handle: there is never one
+// Shared with the marks and waits queued on streams, which may run after the Event is gone.
+using EventHandle = std::shared_ptr<cpu::EventMarks>;
+using GraphHandle = std::nullptr_t;  // nothing is recorded: replay() queues the work again
 #endif
 
 struct Device {
-  int index = 0;  // logical device, 0..k-1
-  int gpu = -1;   // physical GPU ordinal (cuda build); -1 in the cpu build
-  int id = -1;    // unique in this process (DeviceSet assigns it): who owns an event or a buffer
-#if MGPU_CUDA
-  cudaStream_t stream = nullptr;  // all of this device's work is queued here
-  cublasHandle_t blas = nullptr;  // bound to `stream`
-#else
-  cpu::Stream* stream = nullptr;  // all of this device's work is queued here
-#endif
-  std::string name() const;  // "cuda:0" or "cpu"
+  int index = 0;                  // logical device, 0..k-1
+  int gpu = -1;                   // physical GPU ordinal (cuda build); -1 in the cpu build
+  int id = -1;                    // unique in this process (DeviceSet assigns it): who owns an event or a buffer
+  StreamHandle stream = nullptr;  // all of this device's work is queued here
+  BlasHandle blas = nullptr;      // cuda: bound to `stream`; cpu: none
+  std::string name() const;       // "cuda:0" or "cpu"
 };
+
+// A stream that a DeviceSet or a SideStream made and owns, and what `stream` and `blas` of its
+// Device point to (cuda: a CUDA stream and a cuBLAS handle; cpu: a cpu::Stream). Each backend's
+// file defines it; destroying one waits for the stream's work, then frees it.
+class OwnedStream;
 
 // GPUs that answer (always 0 in the cpu build).
 int gpu_count();
@@ -85,9 +99,7 @@ class DeviceSet {
 
  private:
   std::vector<Device> devices_;
-#if !MGPU_CUDA
-  std::vector<std::unique_ptr<cpu::Stream>> streams_;  // devices_[i].stream
-#endif
+  std::vector<std::unique_ptr<OwnedStream>> streams_;  // devices_[i].stream (and .blas)
 };
 
 void activate(const Device& d);     // make d current for the calls that follow (cudaSetDevice)
@@ -114,9 +126,7 @@ class SideStream {
 
  private:
   Device device_;
-#if !MGPU_CUDA
-  std::unique_ptr<cpu::Stream> stream_;
-#endif
+  std::unique_ptr<OwnedStream> stream_;  // device_.stream (and .blas)
 };
 
 // Throws, naming `call`, unless [p, p + bytes) lies inside one allocation made on d. Every
@@ -166,12 +176,7 @@ class Event {
   void queue_mark(const Device& d);  // the backend's half of record()
   Device owner_;
   bool recorded_ = false;
-#if MGPU_CUDA
-  cudaEvent_t event_ = nullptr;
-#else
-  struct Marks;                   // how many records were queued, how many passed
-  std::shared_ptr<Marks> marks_;  // shared with the queued operations, which may outlive the event
-#endif
+  EventHandle event_ = nullptr;  // cuda: the CUDA event; cpu: its marks
 };
 
 // When a device's stream reached a point of its queue, on the host's steady clock, so that the
@@ -209,9 +214,7 @@ class CapturedWork {
  private:
   Device device_;
   std::function<void()> queue_work_;  // cpu: what replay() calls
-#if MGPU_CUDA
-  cudaGraphExec_t graph_ = nullptr;
-#endif
+  GraphHandle graph_ = nullptr;       // cuda: what replay() launches
 };
 
 // Asks every pair of physical GPUs whether one can read the other's memory directly, enables

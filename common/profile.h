@@ -42,8 +42,8 @@ class KernelProfile {
   // Waits for d, then one row per kernel name, the longest total time first.
   std::vector<KernelStats> table();
 
-  // For the code that queues kernels (parallel.h, gemm.cpp, device.cpp): the profile timing d,
-  // or nullptr (the usual case: one comparison, nothing else).
+  // For the code that queues kernels (parallel.h, gemm.cpp, device_cuda.cpp, device_cpu.cpp):
+  // the profile timing d, or nullptr (the usual case: one comparison, nothing else).
   static KernelProfile* of(const Device& d);
   // cuda: begin() records the start event, end() the end event, around the launch.
   // cpu: begin() before queueing, then the worker calls took(call, seconds) as it runs it.
