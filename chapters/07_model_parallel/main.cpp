@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "common/batches.h"  // largest_batch, ShuffledBatches, check_batches_fit
+#include "common/batches.h"  // largest_batch, check_batches_fit
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
-#include "common/timer.h"  // steady_seconds
 #include "pipeline.h"  // Pipeline: stages on devices, GPipe and 1F1B schedules, the hybrid
+#include "train.h"  // train: the epoch loop over the pipeline
 
 namespace {
 
@@ -83,8 +83,6 @@ std::string check(ChapterOptions& c, const mgpu::Options& o) {
            ": every micro-batch needs at least one example";
   return "";
 }
-
-double now() { return mgpu::steady_seconds(); }
 
 // The timeline of one step as CSV (times in ms from the step's start) and as a PNG: one row per
 // device, a bar per forward, backward, copy and wait.
@@ -172,27 +170,7 @@ int main(int argc, char** argv) {
     std::string run = chapter.name + "_k" + std::to_string(k) + "_" + pp::name_of(c.schedule) + "_m" +
                       std::to_string(c.micro_batches) + (R > 1 ? "_r" + std::to_string(R) : "");
     mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
-    mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-    for (int epoch = 0; epoch < o.epochs; ++epoch) {
-      pipeline.reset_metrics();
-      pipeline.synchronize();
-      const double start = now();
-      batches.start_epoch(epoch);
-      pipeline.set_order(batches.order());
-      for (int b = 0; b < batches.count(); ++b) {
-        pipeline.step(b * o.batch_size, batches.size(b), mgpu::learning_rate_at(o, epoch, b, batches.count()));
-        log.progress(epoch + 1, b, batches.count());
-      }
-      pipeline.synchronize();
-      mgpu::EpochRecord r;
-      r.seconds = now() - start;
-      const auto [loss, hits] = pipeline.read_metrics();
-      r.epoch = epoch + 1;
-      r.train_loss = loss / data.train.count;
-      r.train_acc = hits / data.train.count;
-      r.test_acc = pipeline.evaluate(data.test, o.batch_size);
-      log.end_epoch(r);
-    }
+    pp::train(pipeline, data, o, log);
 
     if (c.profile_steps > 0) {
       // The bubble: a few more steps of the last epoch's order, each device's spans timed.

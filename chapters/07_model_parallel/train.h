@@ -1,0 +1,16 @@
+// Chapter 07's training loop: d2l's train() over a pipeline (pipeline.h). The same loop as
+// chapter 02's; what is new is inside Pipeline::step.
+#pragma once
+#include "common/cli.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
+#include "pipeline.h"
+
+namespace pp {
+
+// --epochs epochs of shuffled batches through `pipeline` (made for batches of up to
+// --batch-size, with data.train already on its devices: set_training_data), one line per
+// epoch through `log`, with the test accuracy of the pipeline's parameters.
+void train(Pipeline& pipeline, const mgpu::FashionMnist& data, const mgpu::Options& o, mgpu::TrainingLog& log);
+
+}  // namespace pp
