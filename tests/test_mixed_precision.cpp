@@ -413,7 +413,7 @@ TEST_CASE("flushed_to_zero: a tiny loss scale flushes fp16 gradients to zero, a 
     mixed::MixedTrainer trainer(s.devices, mo, 32, lenet::init_params(7), exchange);
     flushed_at[i++] = trainer.flushed_to_zero(images, 32);
   }
-  // At 2^-16 the input gradient of conv1 (values near 1e-4 unscaled) is far below 2^-24: mostly 0.
+  // At 2^-16 the gradient at conv1's output, dz1 (values near 1e-4 unscaled), is far below 2^-25: mostly 0.
   CHECK(flushed_at[0][3] > 0.5);
   for (double f : flushed_at[1]) CHECK(f < 0.01);
   for (double f : flushed_at[0]) CHECK(f >= 0.0);

@@ -21,3 +21,10 @@ set_tests_properties(grade_messages PROPERTIES TIMEOUT 60)
 # left as they were.
 add_test(NAME student_copy_retry COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/student_copy_retry.sh $<TARGET_FILE:student_copy>)
 set_tests_properties(student_copy_retry PROPERTIES TIMEOUT 60)
+
+# tools/figures_common.sh: the figure scripts refuse a tree with uncommitted changes (a modified
+# or an untracked file; not the chapters' figures/ folders) before they run or write anything;
+# MGPU_FIGURES_ALLOW_DIRTY=1 lets them go on, and tools/machine_stamp.sh's stamp then says so.
+# In a small git repository made for the test; skipped (77) where git is missing.
+add_test(NAME figures_refuse_dirty_tree COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/figures_refuse_dirty_tree.sh)
+set_tests_properties(figures_refuse_dirty_tree PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)

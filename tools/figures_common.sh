@@ -10,7 +10,7 @@
 #   root   the repository;  build  the build folder (default build/);  quick  1 or 0
 #   out    where the figures go (default: the chapter's figures/, created)
 #   what   the target asked for;  runs  a scratch folder, removed when the script ends
-# Bad arguments print the usage and exit 2.
+# Bad arguments print the usage and exit 2. Then it calls require_committed_tree (below).
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 figures_parse() {
@@ -35,9 +35,33 @@ figures_parse() {
   done
   [ -z "$what" ] && [ -z "$targets" ] && what=all
   [ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+  require_committed_tree
   mkdir -p "$out"
   runs=$(mktemp -d)
   trap 'rm -rf "$runs"' EXIT
+}
+
+# require_committed_tree: figures are made from committed code, so that the commit in their
+# stamps is the code that made them. A tree with changes (tools/source_changes.sh: anything but
+# the chapters' figures/ folders, which the scripts rewrite), or a copy that is no git checkout,
+# is refused, status 1, before a single run, unless MGPU_FIGURES_ALLOW_DIRTY=1 is set: then
+# every stamp says on its first line that it was not made from a commit (tools/machine_stamp.sh).
+# Scripts that read their own options call it themselves, right after reading them.
+require_committed_tree() {
+  local changes
+  changes=$("$root/tools/source_changes.sh" 2>/dev/null) || changes="$root is not a git checkout: no commit to name"
+  [ -z "$changes" ] && return 0
+  if [ "${MGPU_FIGURES_ALLOW_DIRTY:-0}" = 1 ]; then
+    echo "warning: MGPU_FIGURES_ALLOW_DIRTY=1: making figures from uncommitted changes; every stamp will say so" >&2
+    return 0
+  fi
+  {
+    echo "error: refusing to make figures from a tree with uncommitted changes:"
+    printf '%s\n' "$changes" | head -n 20 | sed 's/^/  /'
+    echo "Commit them first, so that each figure's stamp names the commit that made it."
+    echo "(MGPU_FIGURES_ALLOW_DIRTY=1 makes them anyway, and every stamp then says so.)"
+  } >&2
+  exit 1
 }
 
 # require_programs NAME...: each must be built in $build/bin, else say how and exit 1.

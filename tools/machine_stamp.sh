@@ -2,7 +2,8 @@
 # What a figure was measured on: prints a few "key: value" lines (the CPU and its cores, the
 # GPUs and their driver, the CUDA, NCCL, MPI and BLAS versions found, the commit, the date), so
 # that a results file says where its numbers come from. The results scripts write it beside
-# their CSVs as NAME.stamp.txt.
+# their CSVs as NAME.stamp.txt. A tree with changes its commit has not (tools/source_changes.sh)
+# gets a WARNING line at the top, the changed paths, and "+ UNCOMMITTED CHANGES" after the commit.
 #
 #   tools/machine_stamp.sh [BUILD_DIR]
 # With BUILD_DIR, NCCL's version is the one that build's programs load (its bin/nccl_version,
@@ -12,6 +13,21 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 value() { [ -n "$2" ] && printf '%-9s %s\n' "$1:" "$2"; }
+
+# The commit first: a stamp of a tree with changes says so on its first line, loudly. (The figure
+# scripts refuse such a tree unless MGPU_FIGURES_ALLOW_DIRTY=1: tools/figures_common.sh.)
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)
+changes=""
+count=0
+if [ -n "$commit" ]; then
+  changes=$("$root/tools/source_changes.sh" 2>/dev/null || true)
+  [ -n "$changes" ] && count=$(printf '%s\n' "$changes" | wc -l)
+fi
+if [ -z "$commit" ]; then
+  value WARNING "NOT MADE FROM A COMMIT: $root is not a git checkout"
+elif [ "$count" -gt 0 ]; then
+  value WARNING "NOT MADE FROM A COMMIT: $count uncommitted change(s) on top of $commit (listed below)"
+fi
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
 value cpu "${cpu:-unknown} ($(nproc) cores available)"
@@ -41,8 +57,11 @@ fi
 command -v mpirun >/dev/null && value mpi "$(mpirun --version 2>/dev/null | head -n 1)"
 blas=$(dpkg-query -W -f '${Package} ${Version}\n' 'libopenblas0*' 2>/dev/null | awk '$2 != "" {print; exit}')
 value blas "$blas"
-if commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
-  git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
+if [ -n "$commit" ]; then
+  if [ -n "$changes" ]; then
+    value changed "$(printf '%s\n' "$changes" | head -n 5 | sed 's/^...//' | paste -sd ' ')$([ "$count" -gt 5 ] && echo " ...")"
+    commit="$commit + UNCOMMITTED CHANGES"
+  fi
   value commit "$commit"
 fi
 value date "$(date -u '+%Y-%m-%d %H:%M UTC')"

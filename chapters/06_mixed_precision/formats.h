@@ -7,9 +7,11 @@
 //   fp16        1      5        10       65504       6.1e-5 (2^-14)    6.0e-8 (2^-24)      1 + 2^-10
 //
 // bf16 is fp32 with the low 16 bits cut off: the same range, 3 significant digits. fp16 keeps
-// more digits but its exponent is 5 bits: anything above 65504 overflows to infinity and
-// anything below 2^-24 underflows to zero. (tf32 is not a storage format: it is what NVIDIA's
-// tensor cores read of an fp32 input, a 19-bit number held in 32 bits.)
+// more digits but its exponent is 5 bits: a magnitude of 65520 or more overflows to infinity
+// (between 65504 and 65520 it rounds down to 65504), and one of 2^-25 or less underflows to
+// zero (between 2^-25 and 2^-24 it rounds up to 2^-24; 2^-25 itself is a tie, which goes to the
+// even 0). (tf32 is not a storage format: it is what NVIDIA's tensor cores read of an fp32
+// input, a 19-bit number held in 32 bits.)
 //
 // A 16-bit value here is its bit pattern, a std::uint16_t: nothing in C++17 (or in both of
 // this repository's compilers) is a portable 16-bit float type, and the bits are the lesson.

@@ -1,6 +1,6 @@
 // Dynamic loss scaling, the rule PyTorch's torch.cuda.amp.GradScaler follows, written out.
 //
-// fp16 cannot hold a gradient below 2^-24 (it becomes 0) or above 65504 (it becomes inf). So
+// fp16 cannot hold a gradient of 2^-25 or less (it becomes 0) or of 65520 or more (inf). So
 // the loss is multiplied by a scale S before the backward pass: every gradient is then S times
 // larger, lifted out of the underflow range; the fp32 gradient is divided by S again before the
 // SGD step, so the step is the same. Too large an S overflows somewhere. Nobody knows the right

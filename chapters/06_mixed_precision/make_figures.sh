@@ -45,6 +45,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+require_committed_tree  # figures from committed code only (tools/figures_common.sh)
 program=$build/bin/06_mixed_precision
 [ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 mkdir -p "$out/logs"

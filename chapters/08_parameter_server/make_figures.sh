@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$what" ] || { echo "$usage" >&2; exit 2; }
+require_committed_tree  # figures from committed code only (tools/figures_common.sh)
 program=$build/bin/08_parameter_server
 [ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 mkdir -p "$out"
