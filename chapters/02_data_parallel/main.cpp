@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
@@ -21,19 +22,26 @@ int main(int argc, char** argv) {
   const mgpu::ChapterInfo chapter{"02_data_parallel",
                                   "d2l's data-parallel LeNet: get_params, allreduce, split_batch, train_batch",
                                   /*default_devices=*/2, /*max_devices=*/1024};
-  // The shared flags, and this chapter's own: --trainer ddp|dataparallel.
-  bool dataparallel = false;
+  // The shared flags, and this chapter's own: --trainer ddp|dataparallel, --baseline on|off.
+  bool dataparallel = false, baseline = true;
   const mgpu::FlagTable own = {
       {"--trainer", [&dataparallel](const std::string& flag, const std::string& v) -> std::string {
          if (v != "ddp" && v != "dataparallel") return flag + " must be 'ddp' or 'dataparallel', got '" + v + "'";
          dataparallel = v == "dataparallel";
+         return "";
+       }},
+      {"--baseline", [&baseline](const std::string& flag, const std::string& v) -> std::string {
+         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
+         baseline = v == "on";
          return "";
        }}};
   const mgpu::Options o = mgpu::parse_command_line(
       argc, argv, chapter, own,
       "  --trainer ddp|dataparallel  ddp (default): every device steps, gradients allreduced;\n"
       "                              dataparallel: torch.nn.DataParallel's step, device 0 holds the\n"
-      "                              master parameters, the loss and the update (evaluates on device 0)\n");
+      "                              master parameters, the loss and the update (evaluates on device 0)\n"
+      "  --baseline on|off           on (default): train on 1 device first, then on --devices, and\n"
+      "                              compare; off: the --devices run alone (half the time for 2)\n");
   try {
     {
       const mgpu::DeviceSet all(o.devices);
@@ -48,7 +56,10 @@ int main(int argc, char** argv) {
     mgpu::check_batches_fit(data.train.count, o.batch_size, o.devices);
 
     std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
-    for (int k : std::set<int>{1, o.devices}) {
+    // The 1-device run is the baseline the k-device run is compared with (same start, same
+    // batches); --baseline off skips it.
+    const std::set<int> device_counts = baseline ? std::set<int>{1, o.devices} : std::set<int>{o.devices};
+    for (int k : device_counts) {
       std::printf("\n== training on %d device(s), batch %d (%s per device), %sevaluating on %s\n", k, o.batch_size,
                   k == 1 ? "all of it" : "a shard", dataparallel ? "DataParallel's step, " : "",
                   o.eval_all_devices && !dataparallel ? "all devices" : "device 0");
@@ -83,18 +94,25 @@ int main(int argc, char** argv) {
                     t.compute_ended[i] * ms);
         busy += t.compute_ended[i] - t.compute_began[i];
       }
-      if (k > 1)
+      if (k > 1) {
         std::printf("  the devices' compute adds up to %.2f ms in a phase of %.2f ms: %.2f devices busy at once "
                     "on average\n",
                     busy * ms, t.compute * ms, busy / t.compute);
+        // On a CPU a device is a share of the cores: with more devices than cores, "busy" devices
+        // are queued work taking turns, not work running at once.
+        const int cores = static_cast<int>(std::thread::hardware_concurrency());
+        if (!mgpu::kCudaBackend && cores > 0 && k > cores)
+          std::printf("  (on %d core(s): at most %d device(s) compute at once; the spans of the others overlap "
+                      "because their work waits, not because it runs)\n",
+                      cores, cores);
+      }
       log.finish();
       runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
     }
     const std::string plot = chapter.name + (dataparallel ? "_dataparallel" : "");
     const std::string png = (std::filesystem::path(o.out) / (plot + ".png")).string();
-    if (mgpu::plot_runs(png, plot + ": 1 device vs " + std::to_string(o.devices) + " (" +
-                                 mgpu::kBackendName + ")",
-                        runs))
+    const std::string compared = baseline ? "1 device vs " + std::to_string(o.devices) : std::to_string(o.devices) + " devices";
+    if (mgpu::plot_runs(png, plot + ": " + compared + " (" + mgpu::kBackendName + ")", runs))
       std::printf("wrote %s\n", png.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "02_data_parallel: error: %s\n", e.what());
