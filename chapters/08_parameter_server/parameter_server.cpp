@@ -431,7 +431,13 @@ struct EpochShared {
   const std::function<float(int)>& lr_of;
   Clocks clocks;
   std::atomic<std::size_t> next{0};  // the next item nobody has taken
+  std::atomic<std::size_t> done{0};  // items pushed
   std::atomic<bool> failed{false};   // a worker has failed: the others stop
+  // How many workers have returned, so that the thread that started them can show the
+  // epoch's progress while it waits, and stop waiting the moment the last one returns.
+  std::mutex finished_mutex{};
+  std::condition_variable finished_changed{};
+  int finished = 0;
 };
 
 // Worker i's loop: wait for its turn, take the next item, pull, compute, push.
@@ -465,6 +471,7 @@ void work(int i, EpochShared& e, mgpu::DeviceData& data, dp::Replica& r, WorkerS
     e.server.push(i, r.grads, versions, w.batch_size, e.lr_of(w.batch), e.epoch);
     e.clocks.tick(i);
     ++stats.items;
+    ++e.done;
   }
 }
 
@@ -472,7 +479,8 @@ void work(int i, EpochShared& e, mgpu::DeviceData& data, dp::Replica& r, WorkerS
 
 std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<mgpu::DeviceData>& data,
                                    std::vector<dp::Replica>& replicas, const std::vector<WorkItem>& items,
-                                   const Settings& settings, int epoch, const std::function<float(int)>& lr_of) {
+                                   const Settings& settings, int epoch, const std::function<float(int)>& lr_of,
+                                   const std::function<void(std::size_t done, std::size_t items)>& progress) {
   const int k = static_cast<int>(replicas.size());
   if (k != server.workers() || static_cast<int>(data.size()) != k)
     throw mgpu::Error("run_epoch: one DeviceData and one replica per worker of the server expected");
@@ -491,6 +499,11 @@ std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<mgpu::De
           shared.failed = true;
         }
         shared.clocks.finish(i);  // done or failed: nobody waits for this worker any more
+        {
+          const std::lock_guard<std::mutex> lock(shared.finished_mutex);
+          ++shared.finished;
+        }
+        shared.finished_changed.notify_one();
       }));
     } catch (...) {
       // The workers already running stop at their next piece of work and must be joined before
@@ -500,6 +513,14 @@ std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<mgpu::De
       for (std::thread& t : threads) t.join();
       throw;
     }
+  }
+  // While the workers run, this thread shows their progress every 100 ms (it has nothing else
+  // to do); it wakes at once when the last worker returns, so the epoch's time is not rounded up.
+  {
+    std::unique_lock<std::mutex> lock(shared.finished_mutex);
+    while (!shared.finished_changed.wait_for(lock, std::chrono::milliseconds(100),
+                                             [&] { return shared.finished == k; }))
+      if (progress) progress(shared.done, items.size());
   }
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& error : errors)

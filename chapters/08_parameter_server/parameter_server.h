@@ -178,8 +178,11 @@ struct WorkerStats {
 // takes more of them; under BSP the barrier gives each worker exactly one per step), each
 // pulling, computing on its replica, and pushing to `server`. data[i] and replicas[i] live on
 // worker i's device; replicas must be Flat. `lr_of(batch)`: the rate of a batch's pushes.
+// `progress`, when given, is called from this thread about every 100 ms while the workers run,
+// with the items pushed so far and the epoch's item count.
 std::vector<WorkerStats> run_epoch(ParameterServer& server, std::vector<mgpu::DeviceData>& data,
                                    std::vector<dp::Replica>& replicas, const std::vector<WorkItem>& items,
-                                   const Settings& settings, int epoch, const std::function<float(int)>& lr_of);
+                                   const Settings& settings, int epoch, const std::function<float(int)>& lr_of,
+                                   const std::function<void(std::size_t done, std::size_t items)>& progress = {});
 
 }  // namespace ps

@@ -53,7 +53,14 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
     for (dp::Replica& r : replicas) r.metrics.reset();
     const auto lr_of = [&](int batch) { return mgpu::learning_rate_at(o, epoch, batch, batches.count()); };
     timer.start();
-    result.workers.push_back(run_epoch(server, train_data, replicas, items, settings, epoch + 1, lr_of));
+    // The log's progress counts batches: every batch is k items, one per worker.
+    int batches_shown = 0;
+    const auto show_progress = [&](std::size_t done, std::size_t) {
+      const int batches_done = static_cast<int>(done / k);
+      if (batches_done > batches_shown) log.progress(epoch + 1, batches_done - 1, batches.count());
+      batches_shown = std::max(batches_shown, batches_done);
+    };
+    result.workers.push_back(run_epoch(server, train_data, replicas, items, settings, epoch + 1, lr_of, show_progress));
     const double seconds = timer.stop_seconds();
 
     double loss_sum = 0, hits = 0;
