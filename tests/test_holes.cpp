@@ -136,3 +136,78 @@ TEST_CASE("the repository's markers are all well-formed, and mark exactly the gr
     }
   CHECK(marked == graded);
 }
+
+// --- The rubrics and handouts (handouts.h).
+#include "handouts.h"
+
+TEST_CASE("a rubric: exercises with their minutes, visible and hidden cases with their points") {
+  const handouts::Rubric r = handouts::parse_rubric(
+      "# a comment\nassignment Small things\ngiven the rest\nexercise ex01.a 10\n  case ex01.a 3 it works\n"
+      "  hidden ex01.a:hidden_more 2 more of it\nexercise ex01.b 5\n  case ex01.b:half 1 half of it\n",
+      "rubrics/01_small.rubric");
+  CHECK(r.assignment == "01_small");
+  CHECK(r.title == "Small things");
+  CHECK(r.given == std::vector<std::string>{"the rest"});
+  REQUIRE(r.exercises.size() == 2);
+  CHECK(r.exercises[0].minutes == 10);
+  REQUIRE(r.exercises[0].cases.size() == 2);
+  CHECK(r.exercises[0].cases[1].test == "ex01.a:hidden_more");
+  CHECK(r.exercises[0].cases[1].hidden);
+  CHECK(r.exercises[0].cases[1].points == 2);
+  CHECK(r.exercises[1].cases[0].what == "half of it");
+}
+
+TEST_CASE("a rubric with a mistake is refused, with its file and line") {
+  CHECK_THROWS_WITH_AS(handouts::parse_rubric("case ex01.a 3 x\n", "r.rubric"),
+                       doctest::Contains("r.rubric:1: a case before any 'exercise' line"), handouts::RubricError);
+  CHECK_THROWS_WITH_AS(handouts::parse_rubric("exercise ex01.a ten\n", "r.rubric"),
+                       doctest::Contains("r.rubric:1: an exercise line is 'exercise NAME MINUTES'"),
+                       handouts::RubricError);
+  CHECK_THROWS_WITH_AS(handouts::parse_rubric("exercise ex01.a 1\ncase ex01.b 1 x\n", "r.rubric"),
+                       doctest::Contains("r.rubric:2: the case 'ex01.b' is not named after its exercise"),
+                       handouts::RubricError);
+  CHECK_THROWS_WITH_AS(handouts::parse_rubric("exercise ex01.a 1\ncase ex01.a many x\n", "r.rubric"),
+                       doctest::Contains("'many' is not a whole number of points"), handouts::RubricError);
+  CHECK_THROWS_WITH_AS(handouts::parse_rubric("points 3\n", "r.rubric"),
+                       doctest::Contains("unknown statement 'points'"), handouts::RubricError);
+}
+
+TEST_CASE("the student copy's rubric has no hidden line; the handout counts the hidden points, names no hidden case") {
+  const std::string text = "exercise ex01.a 10\n  case ex01.a 3 it works\n  hidden ex01.a:hidden_more 2 more\n";
+  CHECK(handouts::without_hidden(text) == "exercise ex01.a 10\n  case ex01.a 3 it works\n");
+  const handouts::Rubric r = handouts::parse_rubric("assignment Small\n" + text, "01_small.rubric");
+  const auto rows = handouts::fill_the_holes_rows(
+      "| exercise | where | what to write | checked by |\n|---|---|---|---|\n| `ex01.a` | `f` | the answer | a test |\n");
+  REQUIRE(rows.count("ex01.a"));
+  CHECK(rows.at("ex01.a").where == "`f`");
+  const std::string page = handouts::handout(r, {{"ex01.a", {"chapters/01_small/code.cpp:12"}}}, rows,
+                                             "chapters/01_small/README.md");
+  CHECK(page.find("# Assignment 01: Small") == 0);
+  CHECK(page.find("Expected time: about 10 minutes.") != std::string::npos);
+  CHECK(page.find("Points: 5, of which 3 come from the tests in this copy and 2 from hidden cases") != std::string::npos);
+  CHECK(page.find("`chapters/01_small/code.cpp:12`, in `f`") != std::string::npos);
+  CHECK(page.find("ctest --test-dir build -R '^ex01\\.a$'") != std::string::npos);
+  CHECK(page.find("hidden_more") == std::string::npos);
+  CHECK(page.find("tools/classroom/submit.sh --student YOUR_ID") != std::string::npos);
+  CHECK(handouts::handout(r, {}, rows, "README.md").empty());  // no hole of it: no handout
+}
+
+TEST_CASE("the repository's rubrics parse, and every one of their exercises is marked in the code") {
+  namespace fs = std::filesystem;
+  const fs::path root = MGPU_SOURCE_DIR;
+  int rubrics = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(root / "tools/classroom/rubrics")) {
+    if (e.path().extension() != ".rubric") continue;
+    ++rubrics;
+    const handouts::Rubric r = handouts::parse_rubric(read_text(e.path()), e.path().string());
+    CAPTURE(r.assignment);
+    CHECK(fs::exists(root / "chapters" / r.assignment / "README.md"));
+    CHECK(!r.exercises.empty());
+    for (const handouts::Exercise& x : r.exercises) {
+      CAPTURE(x.name);
+      CHECK(x.minutes > 0);
+      CHECK(!x.cases.empty());
+    }
+  }
+  CHECK(rubrics == 9);
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Proves the classroom kit honest: in a student copy (tools/classroom/student_copy) the copy
-# builds, every exercise fails at its hole, and the tests that use no exercise's code (ctest
-# label needs_no_exercise) still pass. (In the repository itself the exercises' ctest cases run
+# builds, every exercise fails at its hole and earns no point, the tests that use no exercise's
+# code (ctest label needs_no_exercise, readme_links among them) still pass, the teacher's hidden
+# cases are left out and each assignment has its handout. (In the repository itself the exercises' ctest cases run
 # with every test run, and pass; tools/grade.sh BUILD_DIR shows them as a score sheet.)
 #
 #   tools/check_classroom_kit.sh BUILD_DIR          # BUILD_DIR: this repository's cpu build, built
@@ -44,10 +45,29 @@ if grep -E '^ex[0-9]{2}\.' "$scratch/sheet.txt" | grep -v 'is not done yet' | gr
   fail "the exercises above did not stop at a hole"
 fi
 
-echo "== the student copy: what uses no exercise still passes"
+echo "== the student copy: what uses no exercise still passes, readme_links among it"
 ctest --test-dir "$copy/build" -L '^needs_no_exercise$' -j"$(nproc)" >"$scratch/independent.log" 2>&1 ||
   { grep -E 'Failed|tests passed' "$scratch/independent.log"; fail "a test that uses no exercise fails in the student copy"; }
 grep -E 'tests passed' "$scratch/independent.log"
+# Every README's links hold in the copy, which has no INSTRUCTOR.md: the test must have run.
+grep -Eq 'readme_links +\.+ +Passed' "$scratch/independent.log" ||
+  fail "readme_links did not run in the student copy (is it labelled needs_no_exercise?)"
+
+echo "== the student copy: the teacher's hidden cases are left out, a handout per assignment is in"
+[ ! -e "$copy/tests/hidden" ] || fail "the student copy holds tests/hidden/"
+if grep -Eq '^[[:space:]]*hidden[[:space:]]' "$copy"/tools/classroom/rubrics/*.rubric; then
+  fail "a rubric in the student copy names a hidden case"
+fi
+if ctest --test-dir "$copy/build" -N -L '^hidden$' | grep -q 'Test *#'; then fail "the student copy registers a hidden case"; fi
+for rubric in "$root"/tools/classroom/rubrics/*.rubric; do
+  handout="$copy/handouts/$(basename "$rubric" .rubric).md"
+  [ -s "$handout" ] || fail "no handout $handout for $(basename "$rubric")"
+done
+echo "$(ls "$copy/handouts" | wc -l) handouts; no hidden case"
+
+echo "== the student copy: points for every graded case, none earned"
+grep -Eq '^points: 0 of [1-9]' "$scratch/sheet.txt" || fail "the score sheet gives points in the student copy (or none at all)"
+grep -E '^points: ' "$scratch/sheet.txt"
 
 if [ "$each" = --each ]; then
   echo "== each exercise alone: its own checks fail, naming it"

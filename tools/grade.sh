@@ -1,28 +1,102 @@
 #!/usr/bin/env bash
 # The classroom kit's score sheet: every exercise (the ctest cases labelled "exercise", one per
-# exercise, named after it), passed or failed, and the score.
+# exercise, named after it), passed or failed, and the score; then the points, case by case, as
+# the rubrics (tools/classroom/rubrics/*.rubric) give them, per exercise, per assignment and in
+# all, also written for a gradebook as BUILD_DIR/grade/points.csv and points.json.
 #
-#   tools/grade.sh [BUILD_DIR]     (default: build; configure and build it first)
+#   tools/grade.sh [BUILD_DIR] [--student ID] [--rubrics DIR] [--timeout SECONDS]
 #
-# Each exercise runs as `ctest -R ^NAME$`, its output kept in BUILD_DIR/grade/NAME.log. An
-# exercise that cannot run in this build or on this machine (chapter 04's needs the cuda build
-# and two GPUs) is shown as "skipped", with ctest's reason, and is not counted.
-# Exit status: 0 when every exercise graded here passed, 1 when one failed, 2 when BUILD_DIR is
-# not a configured build (or has no exercise tests), 3 when it cannot write in BUILD_DIR (ctest
-# keeps its logs in BUILD_DIR/Testing, this script the exercises' in BUILD_DIR/grade): nothing
-# is graded then.
+#   BUILD_DIR    a configured and built build folder (default: build)
+#   --student    the id written into the CSV and JSON (default: none)
+#   --rubrics    the folder of *.rubric files (default: tools/classroom/rubrics beside this script)
+#   --timeout    stop each test after this many seconds (default: none): it fails as "timed out"
+#
+# Each exercise runs as `ctest -R ^NAME$`, its output kept in BUILD_DIR/grade/NAME.log, and so
+# does each graded case that is not the exercise's own test. An exercise that cannot run in this
+# build or on this machine (chapter 04's needs the cuda build and two GPUs) is shown as
+# "skipped", with ctest's reason, and is not counted; a case the build does not have (a hidden
+# case in a student copy) is shown as "not in this build" and is not counted either.
+# Exit status: 0 when every exercise and case graded here passed, 1 when one failed, 2 when
+# BUILD_DIR is not a configured build (or has no exercise tests), a rubric cannot be read or the
+# command line is wrong, 3 when it cannot write in BUILD_DIR (ctest keeps its logs in
+# BUILD_DIR/Testing, this script the exercises' in BUILD_DIR/grade): nothing is graded then.
 set -uo pipefail
 
-case "${1:-}" in
-  -h|--help) echo "usage: tools/grade.sh [BUILD_DIR]"; exit 0 ;;
-esac
-if [ "$#" -gt 1 ]; then
-  echo "usage: tools/grade.sh [BUILD_DIR]" >&2
+usage="usage: tools/grade.sh [BUILD_DIR] [--student ID] [--rubrics DIR] [--timeout SECONDS]"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build="" student="" rubrics="$root/tools/classroom/rubrics" timeout=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -h|--help) echo "$usage"; exit 0 ;;
+    --student|--rubrics|--timeout)
+      if [ "$#" -lt 2 ]; then echo "grade.sh: $1 needs a value" >&2; echo "$usage" >&2; exit 2; fi
+      case "$1" in
+        --student) student=$2 ;;
+        --rubrics) rubrics=$2 ;;
+        --timeout) timeout=$2 ;;
+      esac
+      shift 2 ;;
+    -*) echo "grade.sh: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
+    *)
+      if [ -n "$build" ]; then echo "$usage" >&2; exit 2; fi
+      build=$1; shift ;;
+  esac
+done
+build=${build:-build}
+if [ -n "$student" ] && ! [[ $student =~ ^[A-Za-z0-9][A-Za-z0-9._@-]*$ ]]; then
+  echo "grade.sh: --student '$student': an id is letters, digits and . _ @ - (it names files)" >&2
   exit 2
 fi
-build=${1:-build}
+if [ -n "$timeout" ] && ! [[ $timeout =~ ^[1-9][0-9]*$ ]]; then
+  echo "grade.sh: --timeout '$timeout': a whole number of seconds, at least 1" >&2
+  exit 2
+fi
 if [ ! -f "$build/CTestTestfile.cmake" ]; then
   echo "grade.sh: $build is not a configured build folder: run the README's build command first" >&2
+  exit 2
+fi
+
+# --- The rubrics, read before anything runs: a mistake in one is reported, nothing graded.
+# Each case is one line of $cases: assignment|exercise|case|visible or hidden|points|what.
+assignments=() cases=()
+declare -A title minutes
+read_rubric() {  # FILE
+  local file=$1 name number=0 line kind a b rest exercise=""
+  name=$(basename "$file" .rubric)
+  assignments+=("$name")
+  title[$name]=$name
+  bad() { echo "grade.sh: $file:$number: $1" >&2; exit 2; }
+  while IFS= read -r line || [ -n "$line" ]; do
+    number=$((number + 1))
+    read -r kind a b rest <<<"$line"
+    case "$kind" in
+      ''|'#'*) ;;
+      assignment) title[$name]="$a${b:+ $b}${rest:+ $rest}" ;;
+      given) ;;
+      exercise)
+        [[ $a =~ ^ex[0-9][0-9]\.[a-z0-9_]+$ ]] || bad "'exercise NAME MINUTES': '$a' is not an exercise's name"
+        [[ $b =~ ^[0-9]+$ ]] || bad "'exercise NAME MINUTES': '$b' is not a number of minutes"
+        [ -z "$rest" ] || bad "'exercise NAME MINUTES' takes nothing more, got '$rest'"
+        exercise=$a
+        minutes[$a]=$b ;;
+      case|hidden)
+        [ -n "$exercise" ] || bad "a $kind before any 'exercise' line"
+        [[ $a == "$exercise" || $a == "$exercise:"* ]] || bad "the case '$a' is not named after its exercise, $exercise (NAME or NAME:CASE)"
+        [[ $a =~ ^[a-z0-9_.:]+$ ]] || bad "the case '$a' has a character other than a-z 0-9 _ . :"
+        [[ $b =~ ^[0-9]+$ ]] || bad "'$kind TEST POINTS WHAT': '$b' is not a whole number of points"
+        local visibility=visible
+        [ "$kind" = hidden ] && visibility=hidden
+        cases+=("$name|$exercise|$a|$visibility|$b|$rest") ;;
+      *) bad "unknown statement '$kind' (assignment, given, exercise, case or hidden)" ;;
+    esac
+  done <"$file"
+}
+if [ -d "$rubrics" ]; then
+  for file in "$rubrics"/*.rubric; do
+    [ -f "$file" ] && read_rubric "$file"
+  done
+elif [ "$rubrics" != "$root/tools/classroom/rubrics" ]; then
+  echo "grade.sh: --rubrics $rubrics: no such folder" >&2
   exit 2
 fi
 
@@ -52,34 +126,136 @@ if [ "${#exercises[@]}" -eq 0 ]; then
   echo "grade.sh: $build has no exercise tests: ctest lists none labelled 'exercise' (was it configured without doctest?)" >&2
   exit 2
 fi
+declare -A in_build
+while IFS= read -r name; do in_build[$name]=1; done < <(ctest --test-dir "$build" -N 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: *//p')
 
-passed=0 failed=0 skipped=0
-printf '%-26s %s\n' exercise result
-for name in "${exercises[@]}"; do
-  log="$build/grade/$name.log"
-  ctest --test-dir "$build" -R "^${name//./\\.}\$" -V >"$log" 2>&1
+timeout_args=()
+[ -n "$timeout" ] && timeout_args=(--timeout "$timeout")
+# run_test NAME: runs one ctest test; sets $outcome (passed, failed, timeout or skipped) and $why.
+declare -A outcome_of why_of
+run_test() {
+  local name=$1 log="$build/grade/$1.log" status hole
+  ctest --test-dir "$build" -R "^${name//./\\.}\$" -V "${timeout_args[@]}" >"$log" 2>&1
   status=$?
   # ctest -V always writes; a log that is empty or not a file could not be written (a full disk).
   if [ ! -f "$log" ] || [ ! -s "$log" ]; then
     echo "grade.sh: could not write $log (is the disk full?): $name and those after it were not graded" >&2
     exit 3
   fi
+  # The hole's own message, when the program reached one: which exercise stopped it.
+  hole=$(grep -o 'exercise ex[0-9][0-9]\.[a-z0-9_]* is not done yet' "$log" | head -n 1)
   if grep -q '\*\*\*Skipped' "$log"; then
-    reason=$(grep -o 'needs the cuda build with NCCL\|no GPU answers\|needs [0-9]* GPUs, [0-9]* answer' "$log" | head -n 1)
-    printf '%-26s %s\n' "$name" "skipped (${reason:-see $log})"
-    skipped=$((skipped + 1))
+    outcome=skipped
+    why=$(grep -o 'needs the cuda build with NCCL\|no GPU answers\|needs [0-9]* GPUs, [0-9]* answer' "$log" | head -n 1)
+    why=${why:-see $log}
   elif [ "$status" -eq 0 ]; then
-    printf '%-26s %s\n' "$name" passed
-    passed=$((passed + 1))
+    outcome=passed why=""
+  elif [ -z "$hole" ] && grep -q '\*\*\*Timeout' "$log"; then
+    outcome=timeout why="timed out after $timeout s; $log"
   else
-    # The hole's own message, when the program reached one: which exercise stopped it.
-    hole=$(grep -o 'exercise ex[0-9][0-9]\.[a-z0-9_]* is not done yet' "$log" | head -n 1)
-    printf '%-26s %s\n' "$name" "FAILED (${hole:-a check failed}; $log)"
-    failed=$((failed + 1))
+    outcome=failed why="${hole:-a check failed}; $log"
   fi
+  outcome_of[$name]=$outcome why_of[$name]=$why
+}
+
+passed=0 failed=0 skipped=0
+printf '%-26s %s\n' exercise result
+for name in "${exercises[@]}"; do
+  run_test "$name"
+  case "$outcome" in
+    skipped) printf '%-26s %s\n' "$name" "skipped ($why)"; skipped=$((skipped + 1)) ;;
+    passed) printf '%-26s %s\n' "$name" passed; passed=$((passed + 1)) ;;
+    *) printf '%-26s %s\n' "$name" "FAILED ($why)"; failed=$((failed + 1)) ;;
+  esac
 done
 graded=$((passed + failed))
 note=""
 if [ "$skipped" -gt 0 ]; then note=" ($skipped skipped: not graded in this build)"; fi
 echo "score: $passed of $graded exercises passed$note"
-[ "$failed" -eq 0 ]
+
+# --- The points. An assignment is graded when the build has one of its exercises.
+declare -A exercise_listed
+for name in "${exercises[@]}"; do exercise_listed[$name]=1; done
+declare -A graded_assignment in_rubric
+for row in "${cases[@]}"; do
+  IFS='|' read -r assignment exercise _ <<<"$row"
+  in_rubric[$exercise]=1
+  [ -n "${exercise_listed[$exercise]:-}" ] && graded_assignment[$assignment]=1
+done
+if [ "${#graded_assignment[@]}" -eq 0 ]; then
+  echo "points: no rubric in $rubrics names an exercise of this build"
+  [ "$failed" -eq 0 ]
+  exit
+fi
+json_string() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
+csv="$build/grade/points.csv" json="$build/grade/points.json"
+echo "student,assignment,exercise,case,visibility,points_earned,points_possible,status" >"$csv" || exit 3
+{
+  printf '{\n  "student": %s,\n  "assignments": [' "$(json_string "$student")"
+} >"$json" || exit 3
+total_earned=0 total_possible=0 not_graded=0 not_graded_points=0 case_failed=0
+first_assignment=1
+echo
+printf '%-48s %-26s %s\n' "points" status points
+for assignment in "${assignments[@]}"; do
+  [ -n "${graded_assignment[$assignment]:-}" ] || continue
+  echo "== $assignment: ${title[$assignment]}"
+  a_earned=0 a_possible=0 current="" e_earned=0 e_possible=0 exercise_json="" first_exercise=1
+  [ "$first_assignment" -eq 1 ] || printf ',' >>"$json"
+  first_assignment=0
+  printf '\n    {"assignment": %s, "title": %s, "exercises": [' "$(json_string "$assignment")" \
+    "$(json_string "${title[$assignment]}")" >>"$json"
+  close_exercise() {
+    [ -n "$current" ] || return 0
+    printf '   %-45s %-26s %3d of %d\n' "$current" "exercise (${minutes[$current]} min)" "$e_earned" "$e_possible"
+    [ "$first_exercise" -eq 1 ] || printf ',' >>"$json"
+    first_exercise=0
+    printf '\n      {"exercise": %s, "minutes": %s, "points_earned": %d, "points_possible": %d, "cases": [%s\n      ]}' \
+      "$(json_string "$current")" "${minutes[$current]}" "$e_earned" "$e_possible" "$exercise_json" >>"$json"
+    a_earned=$((a_earned + e_earned)) a_possible=$((a_possible + e_possible))
+  }
+  for row in "${cases[@]}"; do
+    IFS='|' read -r in_assignment exercise case visibility points what <<<"$row"
+    [ "$in_assignment" = "$assignment" ] || continue
+    if [ "$exercise" != "$current" ]; then
+      close_exercise
+      current=$exercise e_earned=0 e_possible=0 exercise_json=""
+    fi
+    if [ -z "${in_build[$case]:-}" ]; then
+      outcome=missing why="not in this build"
+    elif [ -n "${outcome_of[$case]:-}" ]; then
+      outcome=${outcome_of[$case]} why=${why_of[$case]}
+    else
+      run_test "$case"
+    fi
+    earned=0 possible=0
+    case "$outcome" in
+      passed) earned=$points possible=$points shown=passed ;;
+      failed) possible=$points shown=FAILED case_failed=1 ;;
+      timeout) possible=$points shown="FAILED (timed out)" case_failed=1 ;;
+      skipped) shown="skipped" not_graded=$((not_graded + 1)) not_graded_points=$((not_graded_points + points)) ;;
+      missing) shown="not in this build" not_graded=$((not_graded + 1)) not_graded_points=$((not_graded_points + points)) ;;
+    esac
+    [ "$visibility" = hidden ] && shown="$shown, hidden"
+    printf '     %-43s %-26s %3d of %d\n' "$case" "$shown" "$earned" "$points"
+    e_earned=$((e_earned + earned)) e_possible=$((e_possible + possible))
+    printf '%s,%s,%s,%s,%s,%d,%d,%s\n' "$student" "$assignment" "$exercise" "$case" "$visibility" "$earned" "$possible" \
+      "$outcome" >>"$csv"
+    [ -z "$exercise_json" ] || exercise_json+=","
+    exercise_json+=$(printf '\n        {"case": %s, "visibility": "%s", "points_earned": %d, "points_possible": %d, "status": "%s", "what": %s}' \
+      "$(json_string "$case")" "$visibility" "$earned" "$possible" "$outcome" "$(json_string "$what")")
+  done
+  close_exercise
+  printf '\n    ], "points_earned": %d, "points_possible": %d}' "$a_earned" "$a_possible" >>"$json"
+  printf '%-48s %-26s %3d of %d\n' "$assignment" assignment "$a_earned" "$a_possible"
+  total_earned=$((total_earned + a_earned)) total_possible=$((total_possible + a_possible))
+done
+printf '\n  ],\n  "points_earned": %d,\n  "points_possible": %d\n}\n' "$total_earned" "$total_possible" >>"$json"
+for name in "${exercises[@]}"; do
+  [ -n "${in_rubric[$name]:-}" ] || echo "$name: no rubric gives it points"
+done
+note=""
+if [ "$not_graded" -eq 1 ]; then note=" (1 case, $not_graded_points points, not graded in this build)"; fi
+if [ "$not_graded" -gt 1 ]; then note=" ($not_graded cases, $not_graded_points points, not graded in this build)"; fi
+echo "points: $total_earned of $total_possible$note; for a gradebook: $csv, $json"
+[ "$failed" -eq 0 ] && [ "$case_failed" -eq 0 ]

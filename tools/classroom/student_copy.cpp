@@ -1,9 +1,13 @@
 // student_copy: writes a student copy of this repository, in which every exercise's region
-// (holes.h) is a hole, and the teachers' answer keys (INSTRUCTOR.md) are left out.
+// (holes.h) is a hole, and the teachers' answer keys (INSTRUCTOR.md) and hidden cases
+// (tests/hidden/, and the rubrics' "hidden" lines) are left out. The copy holds one handout per
+// assignment (handouts/NN_name.md, from the rubrics: handouts.h), and STUDENT_COPY.tsv, the
+// exercises and the files that hold their holes, which tools/classroom/submit.sh packs.
 //
 //   build/bin/student_copy --to ../mgpu-student            every exercise a hole
 //   build/bin/student_copy --to DIR --only ex02.allreduce   only that one (a comma-separated list)
 //   build/bin/student_copy --list                           the exercises and where their regions are
+//   build/bin/student_copy --handouts DIR                   only the handouts, into DIR
 //
 // The copy is of the working tree this program was built from (or --from DIR), without .git,
 // build folders (any folder holding a CMakeCache.txt) and results/.
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "handouts.h"
 #include "holes.h"
 
 namespace fs = std::filesystem;
@@ -34,13 +39,17 @@ namespace {
 const char* kUsage =
     "usage: student_copy --to DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
     "       student_copy --list [--from SOURCE]\n"
+    "       student_copy --handouts DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
     "Writes a copy of the repository at SOURCE (default: the one this program was built from)\n"
     "into DIR, a folder that must not exist or be empty (or be a copy this program left\n"
     "unfinished), with each exercise's marked region replaced by a hole that stops the\n"
     "program with a message naming the exercise.\n"
-    "INSTRUCTOR.md files (answer keys), .git, build folders and results/ are left out.\n"
-    "  --only   make holes of these exercises only (the others stay solved)\n"
-    "  --list   print every exercise and where its regions are, and write nothing\n";
+    "INSTRUCTOR.md files (answer keys), tests/hidden/ and the rubrics' hidden lines (the\n"
+    "teacher's hidden cases), .git, build folders and results/ are left out; handouts/ holds\n"
+    "one handout per assignment, made from tools/classroom/rubrics/.\n"
+    "  --only      make holes of these exercises only (the others stay solved)\n"
+    "  --list      print every exercise and where its regions are, and write nothing\n"
+    "  --handouts  write only the handouts (as the copy would hold them) into DIR, and nothing else\n";
 
 struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -103,7 +112,7 @@ void empty_folder(const fs::path& dir, std::error_code& ec) {
 bool left_out(const fs::directory_entry& e, const fs::path& relative, const fs::path& skip) {
   const std::string name = relative.filename().string();
   if (e.is_directory()) {
-    if (name == ".git" || relative == "results") return true;
+    if (name == ".git" || relative == "results" || relative == "tests/hidden") return true;
     if (fs::exists(e.path() / "CMakeCache.txt")) return true;  // a build folder
     std::error_code ec;
     if (!skip.empty() && fs::equivalent(e.path(), skip, ec)) return true;
@@ -115,30 +124,49 @@ bool left_out(const fs::directory_entry& e, const fs::path& relative, const fs::
 // exercise -> "file:line-line" of each region
 using Found = std::map<std::string, std::vector<std::string>>;
 
+// exercise -> "file:line" of each hole in the copy (its comment line), and file of each
+struct Holes {
+  handouts::Holes at;
+  std::map<std::string, std::set<std::string>> files;
+};
+
 // Walks `source`, leaving out `skip` (the --to folder, which may hold an earlier copy); with
 // `destination` empty only lists.
 void walk(const fs::path& source, const fs::path& dir, const fs::path& destination, const fs::path& skip,
-          const std::set<std::string>& only, Found& found) {
+          const std::set<std::string>& only, Found& found, Holes& holes) {
   std::vector<fs::directory_entry> entries{fs::directory_iterator(dir), fs::directory_iterator()};
   std::sort(entries.begin(), entries.end());  // a reproducible order for --list
   for (const fs::directory_entry& e : entries) {
-    const fs::path relative = fs::relative(e.path(), source);
+    // lexically: fs::relative would follow a symbolic link to where it points
+    const fs::path relative = e.path().lexically_relative(source);
     if (left_out(e, relative, skip)) continue;
     const fs::path target = destination.empty() ? fs::path() : destination / relative;
     if (e.is_symlink()) {
       if (!target.empty()) fs::copy_symlink(e.path(), target);
     } else if (e.is_directory()) {
       if (!target.empty()) fs::create_directories(target);
-      walk(source, e.path(), destination, skip, only, found);
+      walk(source, e.path(), destination, skip, only, found, holes);
     } else if (e.is_regular_file()) {
       if (!is_source(relative)) {
-        if (!target.empty()) fs::copy_file(e.path(), target);
+        if (target.empty()) continue;
+        if (relative.extension() == ".rubric") {  // the hidden cases' lines stay the teacher's
+          write_file(target, handouts::without_hidden(read_file(e.path())));
+          fs::permissions(target, fs::status(e.path()).permissions());
+        } else {
+          fs::copy_file(e.path(), target);
+        }
         continue;
       }
       const std::string text = read_file(e.path());
-      for (const holes::Region& r : holes::find_regions(text, relative.string()))
+      int removed = 0;  // lines the holes above took out of this file in the copy
+      for (const holes::Region& r : holes::find_regions(text, relative.string())) {
         found[r.exercise].push_back(relative.string() + ":" + std::to_string(r.begin_line) + "-" +
                                     std::to_string(r.end_line));
+        if (!only.empty() && !only.count(r.exercise)) continue;
+        holes.at[r.exercise].push_back(relative.string() + ":" + std::to_string(r.begin_line - removed));
+        holes.files[r.exercise].insert(relative.string());
+        removed += (r.end_line - r.begin_line + 1) - 2;  // a region becomes the stub's two lines
+      }
       if (!target.empty()) {
         write_file(target, holes::punch_holes(text, relative.string(), readme_for(relative), only));
         fs::permissions(target, fs::status(e.path()).permissions());
@@ -155,8 +183,11 @@ std::string student_note(const Found& found, const std::set<std::string>& only) 
       "solves each was cut out and replaced by a call that stops the program with a message\n"
       "naming the exercise. Each chapter's README says, under \"Fill the holes\", what to write.\n"
       "Build as the README says, then check your work with\n\n"
-      "    tools/grade.sh build                  # a score sheet, one line per exercise\n"
+      "    tools/grade.sh build                  # a score sheet, one line per exercise, and the points\n"
       "    ctest --test-dir build -L ex02.allreduce --output-on-failure   # one exercise's tests\n\n"
+      "The folder handouts/ has one page per assignment: what to write and where, the points, the\n"
+      "expected time, how to test and how to hand in (tools/classroom/submit.sh, which packs the\n"
+      "files listed in STUDENT_COPY.tsv).\n\n"
       "| exercise | where |\n|---|---|\n";
   for (const auto& [exercise, regions] : found) {
     if (!only.empty() && !only.count(exercise)) continue;
@@ -167,8 +198,42 @@ std::string student_note(const Found& found, const std::set<std::string>& only) 
   return s;
 }
 
+// One handout per rubric in SOURCE/tools/classroom/rubrics that has a hole, into `dir`;
+// returns how many were written.
+int write_handouts(const fs::path& source, const fs::path& dir, const Holes& holes) {
+  const fs::path rubrics = source / "tools" / "classroom" / "rubrics";
+  if (!fs::is_directory(rubrics)) return 0;
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(rubrics))
+    if (e.path().extension() == ".rubric") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  int written = 0;
+  for (const fs::path& file : files) {
+    const handouts::Rubric rubric =
+        handouts::parse_rubric(read_file(file), fs::relative(file, source).string());
+    const std::string readme = "chapters/" + rubric.assignment + "/README.md";
+    const std::map<std::string, handouts::Row> rows =
+        fs::exists(source / readme) ? handouts::fill_the_holes_rows(read_file(source / readme))
+                                    : std::map<std::string, handouts::Row>{};
+    const std::string text = handouts::handout(rubric, holes.at, rows, readme);
+    if (text.empty()) continue;
+    fs::create_directories(dir);
+    write_file(dir / (rubric.assignment + ".md"), text);
+    ++written;
+  }
+  return written;
+}
+
+// STUDENT_COPY.tsv: "exercise<TAB>file" for each file that holds one of its holes.
+std::string exercise_files(const Holes& holes) {
+  std::string s;
+  for (const auto& [exercise, files] : holes.files)
+    for (const std::string& f : files) s += exercise + "\t" + f + "\n";
+  return s;
+}
+
 int run(int argc, char** argv) {
-  fs::path source = MGPU_SOURCE_DIR, destination;
+  fs::path source = MGPU_SOURCE_DIR, destination, handouts_dir;
   std::set<std::string> only;
   bool list = false;
   for (int i = 1; i < argc; ++i) {
@@ -190,16 +255,20 @@ int run(int argc, char** argv) {
         if (!name.empty()) only.insert(name);
     } else if (arg == "--list") {
       list = true;
+    } else if (arg == "--handouts") {
+      handouts_dir = value();
     } else {
       throw Usage("unknown option '" + arg + "'");
     }
   }
-  if (list == !destination.empty()) throw Usage("give either --to DIR or --list");
+  if (int(list) + int(!destination.empty()) + int(!handouts_dir.empty()) != 1)
+    throw Usage("give one of --to DIR, --list or --handouts DIR");
   if (!fs::is_directory(source / "chapters")) throw Usage("--from " + source.string() + ": not this repository");
   source = fs::canonical(source);
 
   Found found;
-  walk(source, source, {}, destination, only, found);  // reads and checks every marker; writes nothing
+  Holes where;
+  walk(source, source, {}, destination, only, found, where);  // reads and checks every marker; writes nothing
   if (list) {
     for (const auto& [exercise, regions] : found) {
       std::cout << exercise;
@@ -210,6 +279,11 @@ int run(int argc, char** argv) {
   }
   for (const std::string& name : only)
     if (!found.count(name)) throw std::runtime_error("--only " + name + ": no exercise of that name is marked");
+  if (!handouts_dir.empty()) {
+    const int n = write_handouts(source, handouts_dir, where);
+    std::cout << n << (n == 1 ? " handout" : " handouts") << " written to " << handouts_dir.string() << "\n";
+    return 0;
+  }
   const bool existed = fs::exists(fs::symlink_status(destination));
   if (existed && is_unfinished_copy(destination)) {
     std::cerr << "student_copy: " << destination.string()
@@ -229,8 +303,11 @@ int run(int argc, char** argv) {
   try {
     write_file(destination / kUnfinishedName, kUnfinishedText);  // first
     found.clear();
-    walk(source, source, fs::canonical(destination), destination, only, found);
+    where = {};
+    walk(source, source, fs::canonical(destination), destination, only, found, where);
     write_file(destination / "STUDENT_COPY.md", student_note(found, only));
+    write_file(destination / "STUDENT_COPY.tsv", exercise_files(where));
+    write_handouts(source, destination / "handouts", where);
     fs::remove(destination / kUnfinishedName);  // last
   } catch (const std::exception& e) {
     // What this run wrote goes: all of DIR's content (DIR was empty, or was emptied above), and

@@ -1,0 +1,185 @@
+// The hidden cases of chapters 02 and 03: the same properties the visible tests check, on
+// inputs those tests never use. More devices (5 to 8), sizes on either side of the device
+// count and of the staging buffer, other seeds, another permutation of the examples, the flat
+// gradient layout, and each collective run several times in a row on the same buffers. A
+// solution that is right passes them as it passes the visible ones; one written to fit the
+// visible tests (a size, a device count, a seed it happens to work for) does not.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../../chapters/02_data_parallel/data_parallel.h"
+#include "../../chapters/03_ring_allreduce/benchmark.h"
+#include "../../chapters/03_ring_allreduce/ring.h"
+#include "common/random.h"
+#include "data_parallel_checks.h"
+#include "helpers.h"
+
+namespace {
+
+using mgpu::Elements;
+
+constexpr int kPixels = 28 * 28;
+
+// Chapter 02's allreduce, made once with a staging buffer of `capacity` elements.
+testing::MakeAllreduce chapter02(std::size_t capacity) {
+  return [capacity](const mgpu::DeviceSet& devices) -> testing::AllreduceRun {
+    auto allreduce = std::make_shared<dp::Allreduce>(devices, capacity);
+    return [allreduce](const std::vector<float*>& data, Elements count) { allreduce->run(data, count); };
+  };
+}
+
+testing::MakeAllreduce ring_of(std::size_t capacity) {
+  return [capacity](const mgpu::DeviceSet& devices) -> testing::AllreduceRun {
+    auto ring = std::make_shared<ring::RingAllreduce>(devices, capacity);
+    return [ring](const std::vector<float*>& data, Elements count) { ring->run(data, count); };
+  };
+}
+
+// n floats per device, device i's from host_of(i).
+struct OnDevices {
+  OnDevices(const mgpu::DeviceSet& devices, std::size_t n, const std::function<std::vector<float>(int)>& host_of) {
+    for (int i = 0; i < devices.size(); ++i) {
+      buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
+      buffers.back().upload(host_of(i));
+    }
+  }
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> data;
+};
+
+}  // namespace
+
+TEST_CASE("hidden allreduce: 5 to 8 devices, sizes below and above a staging buffer larger than them, 5 rounds") {
+  for (int k = 5; k <= 8; ++k)
+    for (std::size_t n : {std::size_t(2), std::size_t(k + 1), std::size_t(4097), std::size_t(65537)}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      // The staging buffer is larger than n: a solution must reduce n elements, not the buffer.
+      CHECK(testing::count_wrong_sums(k, n, 90210 + 31 * k + n, chapter02(n + 100), 5) == 0);
+    }
+}
+
+TEST_CASE("hidden split_batch: other batch sizes, device counts, starts and a shuffled order, twice in a row") {
+  struct Shape {
+    int n, k, first;
+  };
+  for (const Shape& c : {Shape{11, 4, 0}, Shape{5, 5, 9}, Shape{9, 2, 3}, Shape{23, 6, 1}}) {
+    const int n = c.n, k = c.k, first = c.first;
+    CAPTURE(n);
+    CAPTURE(k);
+    CAPTURE(first);
+    mgpu::DeviceSet devices(k);
+    mgpu::Rng rng(7000 + n * 10 + k);
+    const mgpu::LabeledImages set = testing::random_set(first + 2 * n + 3, rng);
+    const std::vector<int> order = mgpu::random_permutation(set.count, rng);
+    std::vector<mgpu::DeviceData> data = mgpu::put_on_every_device(devices, set);
+    for (mgpu::DeviceData& dd : data) dd.order.upload(order);
+    std::vector<dp::Replica> replicas;
+    replicas.reserve(k);
+    for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), mgpu::shard_sizes(n, k)[0]);
+    for (int batch = 0; batch < 2; ++batch) {  // the second batch overwrites the first's shards
+      CAPTURE(batch);
+      const int start_of_batch = first + batch * n;
+      const std::vector<int> sizes = dp::split_batch(data, start_of_batch, n, replicas);
+      REQUIRE(sizes == mgpu::shard_sizes(n, k));
+      int start = start_of_batch;
+      for (int i = 0; i < k; ++i) {
+        const std::vector<float> x = replicas[i].shard.x.download();
+        const std::vector<std::int32_t> y = replicas[i].shard.y.download();
+        for (int j = 0; j < sizes[i]; ++j) {
+          const int example = order[start + j];
+          const auto image = set.pixels.begin() + std::size_t(example) * kPixels;
+          CHECK(std::equal(image, image + kPixels, x.begin() + std::size_t(j) * kPixels));
+          CHECK(y[j] == set.labels[example]);
+        }
+        start += sizes[i];
+      }
+    }
+  }
+}
+
+TEST_CASE("hidden train_batch: 4 devices, flat gradients, batch 21, give the steps of 1 device") {
+  mgpu::Rng rng(31337);
+  const int batch = 21, steps = 2;
+  const float lr = 0.3f;
+  const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
+  const lenet::HostParams init = lenet::init_params(7, 0.1f);
+  std::vector<lenet::HostParams> one;
+  {
+    mgpu::DeviceSet devices(1);
+    dp::Allreduce allreduce(devices, dp::largest_gradient_sum(lenet::Layout::PerTensor));
+    one = testing::train_steps(devices, allreduce, lenet::Layout::PerTensor, set, batch, steps, lr);
+  }
+  mgpu::DeviceSet devices(4);
+  dp::Allreduce allreduce(devices, dp::largest_gradient_sum(lenet::Layout::Flat));
+  const std::vector<lenet::HostParams> many =
+      testing::train_steps(devices, allreduce, lenet::Layout::Flat, set, batch, steps, lr);
+  for (int i = 0; i < 4; ++i) testing::check_same_training(many[i], one[0], init, "device " + std::to_string(i));
+}
+
+TEST_CASE("hidden reduce_scatter: 6 to 8 devices, fewer elements than devices and odd sizes, run twice") {
+  for (int k = 6; k <= 8; ++k)
+    for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(k), std::size_t(4099)}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      mgpu::DeviceSet devices(k);
+      ring::RingAllreduce allreduce(devices, n + 64);
+      for (int run = 0; run < 2; ++run) {
+        CAPTURE(run);
+        std::vector<float> sum(n, 0.0f);
+        OnDevices on(devices, n, [&](int i) {
+          std::vector<float> host(n);
+          for (std::size_t j = 0; j < n; ++j) host[j] = bench::input(i + 3 * run + 1, j), sum[j] += host[j];
+          return host;
+        });
+        allreduce.reduce_scatter(on.data, Elements{n});
+        for (int i = 0; i < k; ++i) {
+          const mgpu::Chunk c = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
+          const std::vector<float> got = on.buffers[i].download();
+          testing::check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
+                               std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
+                               "device " + std::to_string(i) + "'s chunk");
+        }
+      }
+    }
+}
+
+TEST_CASE("hidden all_gather: 6 to 8 devices, fewer elements than devices and odd sizes, run twice") {
+  for (int k = 6; k <= 8; ++k)
+    for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(k), std::size_t(4099)}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      mgpu::DeviceSet devices(k);
+      ring::RingAllreduce allreduce(devices, n + 64);
+      for (int run = 0; run < 2; ++run) {
+        CAPTURE(run);
+        std::vector<float> expected(n);
+        for (std::size_t j = 0; j < n; ++j) expected[j] = bench::input(11 + run, j);
+        OnDevices on(devices, n, [&](int i) {
+          const mgpu::Chunk own = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
+          std::vector<float> host(n, -1.0f);
+          for (std::size_t j = own.begin; j < own.begin + own.count; ++j) host[j] = expected[j];
+          return host;
+        });
+        allreduce.all_gather(on.data, Elements{n});
+        for (int i = 0; i < k; ++i)
+          testing::check_equal(on.buffers[i].download(), expected, "device " + std::to_string(i));
+      }
+    }
+}
+
+TEST_CASE("hidden ring allreduce: other seeds, a buffer larger than the data, 5 rounds") {
+  for (int k : {2, 3, 6, 7})
+    for (std::size_t n : {std::size_t(2), std::size_t(3 * k + 2), std::size_t(65537)}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      CHECK(testing::count_wrong_sums(k, n, 424242 + 13 * k + n, ring_of(n + 1000), 5) == 0);
+    }
+}

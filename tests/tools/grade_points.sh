@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# tools/grade.sh's points: each graded case of a rubric earns its points when its test passes,
+# none when it fails or runs past --timeout; a case the build does not have (a hidden case in a
+# student copy) and a skipped one are shown and not counted; the totals per exercise, per
+# assignment and in all, the CSV and the JSON agree; a malformed rubric is named with its line
+# and nothing is graded; the sheet and exit status of the exercises stay what they were.
+#
+#   grade_points.sh      (a few seconds)
+#
+# The build folders are made here: a CTestTestfile.cmake whose tests are `true`, `false` and
+# `sleep`, which ctest reads as it reads a configured build's, and rubrics of their own.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+grade="$repo_root/tools/grade.sh"
+work=$(mktemp -d "${TMPDIR:-/tmp}/mgpu-grade-points.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# A build: ex01.a (passes), ex01.b (fails), its cases ex01.b:part1 (passes), ex01.b:part2
+# (fails), ex01.b:slow (sleeps), ex01.c (skipped, as chapter 04's is without a GPU).
+build="$work/build"
+mkdir -p "$build"
+{
+  t() { printf 'add_test(%s "%s" %s)\nset_tests_properties(%s PROPERTIES LABELS "%s")\n' "$1" "$(command -v "$2")" "${4:-}" "$1" "$3"; }
+  t ex01.a true "exercise;ex01.a"
+  t ex01.b false "exercise;ex01.b"
+  t ex01.c sh "exercise;ex01.c" "-c \"echo needs the cuda build with NCCL\""
+  printf 'set_tests_properties(ex01.c PROPERTIES SKIP_REGULAR_EXPRESSION "needs the cuda build with NCCL")\n'
+  t ex01.b:part1 true graded
+  t ex01.b:part2 false graded
+  t ex01.b:slow sleep graded 30
+} >"$build/CTestTestfile.cmake"
+mkdir "$work/rubrics"
+cat >"$work/rubrics/01_small.rubric" <<'R'
+# a small rubric
+assignment A small assignment
+given nothing much
+exercise ex01.a 10
+  case ex01.a 3 it passes
+exercise ex01.b 20
+  case ex01.b:part1 2 this half passes
+  case ex01.b:part2 4 this half fails
+  case ex01.b:slow 1 this one runs past the time limit
+  hidden ex01.b:hidden_other 5 not in this build
+exercise ex01.c 5
+  case ex01.c 7 skipped here
+R
+
+status=0
+"$grade" "$build" --rubrics "$work/rubrics" --student s1 --timeout 2 >"$work/out" 2>&1 || status=$?
+cat "$work/out"
+[ "$status" -eq 1 ] || fail "status $status, expected 1 (an exercise failed)"
+grep -Eq '^score: 1 of 2 exercises passed \(1 skipped: not graded in this build\)$' "$work/out" || fail "the exercises' score line"
+expect_line() { grep -Eq "$1" "$work/out" || fail "no line '$1'"; }
+expect_line '^ +ex01\.a +passed +3 of 3$'
+expect_line '^ +ex01\.b:part1 +passed +2 of 2$'
+expect_line '^ +ex01\.b:part2 +FAILED +0 of 4$'
+expect_line '^ +ex01\.b:slow +FAILED \(timed out\) +0 of 1$'
+expect_line '^ +ex01\.b:hidden_other +not in this build, hidden +0 of 5$'
+expect_line '^ +ex01\.c +skipped +0 of 7$'
+expect_line '^ +ex01\.b +exercise \(20 min\) +2 of 7$'
+expect_line '^01_small +assignment +5 of 10$'
+expect_line '^points: 5 of 10 \(2 cases, 12 points, not graded in this build\)'
+grep -q 'timed out after 2 s' "$build/grade/ex01.b:slow.log" 2>/dev/null || grep -q 'Timeout' "$build/grade/ex01.b:slow.log" ||
+  fail "the slow case's log does not say it timed out"
+
+csv="$build/grade/points.csv"
+[ "$(head -n 1 "$csv")" = "student,assignment,exercise,case,visibility,points_earned,points_possible,status" ] || fail "the CSV's header"
+grep -qx 's1,01_small,ex01.b,ex01.b:part1,visible,2,2,passed' "$csv" || fail "the CSV's row of ex01.b:part1"
+grep -qx 's1,01_small,ex01.b,ex01.b:slow,visible,0,1,timeout' "$csv" || fail "the CSV's row of ex01.b:slow"
+grep -qx 's1,01_small,ex01.b,ex01.b:hidden_other,hidden,0,0,missing' "$csv" || fail "the CSV's row of the hidden case"
+[ "$(awk -F, 'NR > 1 { e += $6; p += $7 } END { print e "/" p }' "$csv")" = "5/10" ] || fail "the CSV's sums are not the total"
+if command -v python3 >/dev/null; then
+  python3 - "$build/grade/points.json" <<'PY' || fail "the JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["student"] == "s1" and d["points_earned"] == 5 and d["points_possible"] == 10, d
+a = d["assignments"][0]
+assert a["assignment"] == "01_small" and a["title"] == "A small assignment", a
+assert [e["points_earned"] for e in a["exercises"]] == [3, 2, 0], a
+assert [c["status"] for c in a["exercises"][1]["cases"]] == ["passed", "failed", "timeout", "missing"], a
+PY
+fi
+
+echo "-- a rubric with a mistake: named with its line, nothing graded (status 2)"
+mkdir "$work/bad"
+printf 'assignment Bad\nexercise ex01.a 10\n  case ex01.a three points\n' >"$work/bad/01_bad.rubric"
+status=0
+"$grade" "$build" --rubrics "$work/bad" >"$work/bad.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] || fail "bad rubric: status $status, expected 2"
+grep -q "01_bad.rubric:3: 'case TEST POINTS WHAT': 'three' is not a whole number of points" "$work/bad.out" || { fail "bad rubric: the message"; cat "$work/bad.out"; }
+grep -q '^score:' "$work/bad.out" && fail "bad rubric: something was graded"
+printf 'assignment Bad\n  case ex01.a 3 before its exercise\n' >"$work/bad/01_bad.rubric"
+"$grade" "$build" --rubrics "$work/bad" >"$work/bad.out" 2>&1 || true
+grep -q "01_bad.rubric:2: a case before any 'exercise' line" "$work/bad.out" || fail "bad rubric: a case before its exercise"
+printf 'exercise ex01.a 10\n  case ex01.b 3 another exercise'"'"'s\n' >"$work/bad/01_bad.rubric"
+"$grade" "$build" --rubrics "$work/bad" >"$work/bad.out" 2>&1 || true
+grep -q "the case 'ex01.b' is not named after its exercise, ex01.a" "$work/bad.out" || fail "bad rubric: a case of another exercise"
+
+echo "-- the command line"
+for args in "--student" "--timeout 0" "--student a/b" "--bogus" "$build $build"; do
+  status=0
+  # shellcheck disable=SC2086 # split on purpose
+  "$grade" $args >"$work/cli.out" 2>&1 || status=$?
+  [ "$status" -eq 2 ] || fail "grade.sh $args: status $status, expected 2"
+done
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "PASS: grade.sh's points, CSV and JSON add up, case by case"
