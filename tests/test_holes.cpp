@@ -78,6 +78,41 @@ TEST_CASE("a file without markers comes through byte for byte, with or without a
     CHECK(holes::punch_holes(text, "f.cpp", "R.md") == text);
 }
 
+TEST_CASE("hide_answers: a README's answer passage, markers included, becomes one line saying so") {
+  const std::string readme =
+      "# Title\n"
+      "The backward pass:\n"
+      "<!-- BEGIN ANSWER ex09.bn_back -->\n"
+      "dz = formula\n"
+      "more of it\n"
+      "<!-- END ANSWER ex09.bn_back -->\n"
+      "After it.\n";
+  const std::string want =
+      "# Title\n"
+      "The backward pass:\n"
+      "*(A passage that answers exercise ex09.bn_back is left out of the student copy.)*\n"
+      "After it.\n";
+  CHECK(holes::hide_answers(readme, "R.md") == want);
+  // A copy with other holes keeps the passage, without its markers.
+  CHECK(holes::hide_answers(readme, "R.md", {"ex01.other"}) ==
+        "# Title\nThe backward pass:\ndz = formula\nmore of it\nAfter it.\n");
+  // Text without markers (indented examples included) comes through byte for byte.
+  for (const std::string text : {"", "a\n", "a\nb", "    <!-- BEGIN ANSWER ex01.x -->\n"})
+    CHECK(holes::hide_answers(text, "R.md") == text);
+}
+
+TEST_CASE("malformed answer markers are refused, naming the file and the line") {
+  CHECK_THROWS_WITH_AS(holes::hide_answers("<!-- BEGIN ANSWER ex01.a -->\ntext\n", "R.md"),
+                       "R.md:1: the answer passage of ex01.a is never closed (no END ANSWER)", holes::MarkerError);
+  CHECK_THROWS_WITH_AS(holes::hide_answers("x\n<!-- END ANSWER ex01.a -->\n", "R.md"),
+                       "R.md:2: END ANSWER ex01.a does not close an open passage of it", holes::MarkerError);
+  CHECK_THROWS_WITH_AS(holes::hide_answers("<!-- BEGIN ANSWER the formula -->\n", "R.md"),
+                       doctest::Contains("R.md:1: an answer marker is"), holes::MarkerError);
+  CHECK_THROWS_WITH_AS(
+      holes::hide_answers("<!-- BEGIN ANSWER ex01.a -->\n<!-- BEGIN ANSWER ex01.b -->\n", "R.md"),
+      "R.md:2: BEGIN ANSWER ex01.b inside the passage of ex01.a (opened on line 1)", holes::MarkerError);
+}
+
 TEST_CASE("malformed markers are refused, naming the file, the line and the fault") {
   struct Case {
     const char* text;

@@ -64,6 +64,15 @@ for rubric in "$root"/tools/classroom/rubrics/*.rubric; do
   [ -s "$handout" ] || fail "no handout $handout for $(basename "$rubric")"
 done
 echo "$(ls "$copy/handouts" | wc -l) handouts; no hidden case"
+# The README passages marked as answers (classroom/holes.h, hide_answers) are gone: neither a
+# marker nor what stood between two is left.
+if grep -rlE --include='*.md' '^<!-- (BEGIN|END) ANSWER ' "$copy"; then
+  fail "the files above still hold an answer passage's marker"
+fi
+answers=$(cd "$root" && { grep -rlE --include='*.md' '^<!-- BEGIN ANSWER ' README.md chapters data tools || true; } | wc -l)
+left_out=$(cd "$copy" && { grep -rl --include='*.md' 'is left out of the student copy.)\*$' README.md chapters data tools || true; } | wc -l)
+[ "$left_out" -eq "$answers" ] || fail "$answers README(s) mark answer passages, but $left_out in the copy say one was left out"
+echo "answer passages left out of the copy's READMEs: $answers file(s)"
 
 echo "== the student copy: points for every graded case, none earned"
 grep -Eq '^points: 0 of [1-9]' "$scratch/sheet.txt" || fail "the score sheet gives points in the student copy (or none at all)"

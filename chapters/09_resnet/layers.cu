@@ -390,6 +390,7 @@ struct BatchNormBackwardInput {
   int channels;
   float count;
   MGPU_HD void operator()(i64 c, int begin, int end) const {
+    // BEGIN EXERCISE ex09.batch_norm_backward
     const float mean = stats[c], inv_std = stats[channels + c];
     const float mean_dy = sums[c] / count, mean_dy_xhat = sums[channels + c] / count;
     const float k = gamma[c] * inv_std;
@@ -397,11 +398,10 @@ struct BatchNormBackwardInput {
     const float* zr = z + c * n;
     float* dzr = dz + c * n;
     for (int j = begin; j < end; ++j) {
-      // BEGIN EXERCISE ex09.batch_norm_backward
       const float xhat = (zr[j] - mean) * inv_std;
       dzr[j] = k * (dyr[j] - mean_dy - xhat * mean_dy_xhat);
-      // END EXERCISE ex09.batch_norm_backward
     }
+    // END EXERCISE ex09.batch_norm_backward
   }
 };
 }  // namespace

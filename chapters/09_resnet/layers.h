@@ -113,10 +113,10 @@ void batch_norm_apply(const Device& d, const float* z, int channels, std::int64_
 //      xhat = (z - mean) * inv_std recomputed from z and stats; dbeta += the first, dgamma +=
 //      the second (this device's share of the parameter gradients)
 //   2. (SyncBN only) sums summed over the devices, count over all devices
-//   3. batch_norm_backward_input:
-//      dz = gamma * inv_std / count * (count * dy - sum dy - xhat * sum(dy * xhat))
+//   3. batch_norm_backward_input: dz from dy, xhat and the two sums, value by value
 // The gradient reaches z through xhat directly and through the mean and variance, which every
-// value of the channel shares: hence the two sums. (Derivation: chapter README.)
+// value of the channel shares: hence the two sums. (The formula and its derivation: the chapter
+// README, "BatchNorm, backward".)
 void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, std::int64_t n,
                               const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta);
 void batch_norm_backward_input(const Device& d, const float* dy, const float* z, int channels, std::int64_t n,

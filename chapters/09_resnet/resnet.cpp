@@ -290,9 +290,11 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
   if (sync) {
     // The mean and variance were the whole batch's, so every device's values moved them: the
     // two sums that carry that back are the whole batch's too.
+    // BEGIN EXERCISE ex09.sync_batch_norm
     std::vector<float*> sums;
     for (Replica& r : s.replicas) sums.push_back(r.bn_sums[bn.id].data());
     s.allreduce.run(sums, mgpu::Elements{std::size_t(2) * C});
+    // END EXERCISE ex09.sync_batch_norm
   }
   for_each_replica(s, [&](Replica& r) {
     const double count = sync ? total_values(s, bn.side) : double(values(r));

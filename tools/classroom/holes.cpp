@@ -118,4 +118,64 @@ std::string punch_holes(const std::string& text, const std::string& file, const 
   return out;
 }
 
+namespace {
+
+// "<!-- BEGIN ANSWER <name> -->" or the same with END, alone on its line: kind "BEGIN" or "END"
+// and the name; kind "" for any other line. A line that starts "<!-- BEGIN ANSWER" or
+// "<!-- END ANSWER" but is not a whole marker is a mistake, reported.
+Marker parse_answer_marker(const std::string& line, const std::string& file, int number) {
+  for (const std::string kind : {"BEGIN", "END"}) {
+    const std::string open = "<!-- " + kind + " ANSWER ";
+    if (line.compare(0, open.size(), open) != 0) continue;
+    const std::string close = " -->";
+    const std::string name =
+        line.size() > open.size() + close.size() && line.compare(line.size() - close.size(), close.size(), close) == 0
+            ? line.substr(open.size(), line.size() - open.size() - close.size())
+            : "";
+    if (!is_exercise_name(name))
+      throw MarkerError(file + ":" + std::to_string(number) + ": an answer marker is '<!-- " + kind +
+                        " ANSWER exNN.name -->' alone on its line, got '" + line + "'");
+    return {kind, name, ""};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string hide_answers(const std::string& text, const std::string& file, const std::set<std::string>& only) {
+  const Lines lines = split_lines(text);
+  std::string out;
+  std::string open;  // the exercise whose passage is being read, "" outside one
+  int opened_on = 0;
+  bool hiding = false;
+  for (std::size_t i = 0; i < lines.lines.size(); ++i) {
+    const int number = static_cast<int>(i) + 1;
+    const Marker m = parse_answer_marker(lines.lines[i], file, number);
+    const std::string where = file + ":" + std::to_string(number) + ": ";
+    if (m.kind == "BEGIN") {
+      if (!open.empty())
+        throw MarkerError(where + "BEGIN ANSWER " + m.name + " inside the passage of " + open + " (opened on line " +
+                          std::to_string(opened_on) + ")");
+      open = m.name;
+      opened_on = number;
+      hiding = only.empty() || only.count(m.name);
+      if (hiding) out += "*(A passage that answers exercise " + m.name + " is left out of the student copy.)*\n";
+      continue;
+    }
+    if (m.kind == "END") {
+      if (m.name != open) throw MarkerError(where + "END ANSWER " + m.name + " does not close an open passage of it");
+      open.clear();
+      hiding = false;
+      continue;
+    }
+    if (hiding) continue;
+    out += lines.lines[i];
+    if (i + 1 < lines.lines.size() || lines.ends_with_newline) out += '\n';
+  }
+  if (!open.empty())
+    throw MarkerError(file + ":" + std::to_string(opened_on) + ": the answer passage of " + open +
+                      " is never closed (no END ANSWER)");
+  return out;
+}
+
 }  // namespace holes

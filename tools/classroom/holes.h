@@ -48,4 +48,16 @@ std::vector<Region> find_regions(const std::string& text, const std::string& fil
 std::string punch_holes(const std::string& text, const std::string& file, const std::string& readme,
                         const std::set<std::string>& only = {});
 
+// A README may hold a passage that gives an exercise away (a formula the hole is the code of).
+// It sits between two lines of their own, invisible where Markdown is rendered,
+//
+//     <!-- BEGIN ANSWER ex09.batch_norm_backward -->
+//     ...the passage...
+//     <!-- END ANSWER ex09.batch_norm_backward -->
+//
+// and hide_answers() replaces it, markers included, by one line saying what was left out, for
+// the exercises in `only` (every exercise when `only` is empty). Throws MarkerError, naming
+// `file` and the line, for a marker that is malformed, unmatched or left open.
+std::string hide_answers(const std::string& text, const std::string& file, const std::set<std::string>& only = {});
+
 }  // namespace holes

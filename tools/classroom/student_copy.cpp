@@ -152,6 +152,9 @@ void walk(const fs::path& source, const fs::path& dir, const fs::path& destinati
         if (relative.extension() == ".rubric") {  // the hidden cases' lines stay the teacher's
           write_file(target, handouts::without_hidden(read_file(e.path())));
           fs::permissions(target, fs::status(e.path()).permissions());
+        } else if (relative.extension() == ".md") {  // a README's passages that answer a hole go
+          write_file(target, holes::hide_answers(read_file(e.path()), relative.string(), only));
+          fs::permissions(target, fs::status(e.path()).permissions());
         } else {
           fs::copy_file(e.path(), target);
         }
