@@ -1,12 +1,16 @@
-// What the suites of chapters 02-04 share: an allreduce checked element by element, and a
-// few training steps on random data with any allreduce.
+// What the suites of chapters 02-04 (and the hidden cases) share: an allreduce checked element
+// by element, buffers on every device, the shards split_batch gathers checked example by
+// example, a reduce-scatter's chunks checked, and a few training steps on random data with any
+// allreduce.
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../chapters/02_data_parallel/data_parallel.h"
@@ -71,6 +75,50 @@ inline void check_allreduce_sums(int k, std::size_t n, std::uint64_t seed, const
   CAPTURE(k);
   CAPTURE(n);
   CHECK(count_wrong_sums(k, n, seed, make) == 0);
+}
+
+// n floats per device, device i's from host_of(i).
+struct OnDevices {
+  OnDevices(const mgpu::DeviceSet& devices, std::size_t n, const std::function<std::vector<float>(int)>& host_of) {
+    for (int i = 0; i < devices.size(); ++i) {
+      buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
+      buffers.back().upload(host_of(i));
+    }
+  }
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> data;
+};
+
+// After split_batch put examples order[first ..) of `set` into the replicas' shards, sizes[i]
+// of them into replica i's: every shard's images and labels, example by example.
+inline void check_shards(const mgpu::LabeledImages& set, const std::vector<int>& order, int first,
+                         const std::vector<int>& sizes, std::vector<dp::Replica>& replicas) {
+  constexpr int kPixels = mgpu::kImagePixels;
+  int start = first;
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    const std::vector<float> x = replicas[i].shard.x.download();
+    const std::vector<std::int32_t> y = replicas[i].shard.y.download();
+    for (int j = 0; j < sizes[i]; ++j) {
+      const int example = order[start + j];
+      const auto image = set.pixels.begin() + std::size_t(example) * kPixels;
+      CHECK(std::equal(image, image + kPixels, x.begin() + std::size_t(j) * kPixels));
+      CHECK(y[j] == set.labels[example]);
+    }
+    start += sizes[i];
+  }
+}
+
+// After a ring's reduce-scatter of n floats over k devices: device i's chunk (i + 1) mod k
+// (mgpu::chunk_of) holds that chunk of `sum`.
+inline void check_reduced_chunks(const std::vector<mgpu::Buffer<float>>& buffers, const std::vector<float>& sum) {
+  const int k = static_cast<int>(buffers.size());
+  for (int i = 0; i < k; ++i) {
+    const mgpu::Chunk c = mgpu::chunk_of(mgpu::Elements{sum.size()}, k, (i + 1) % k);
+    const std::vector<float> got = buffers[i].download();
+    check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
+                std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
+                "device " + std::to_string(i) + "'s chunk");
+  }
 }
 
 // `steps` steps of `batch` examples, taken in turn from `set`, on every device of `devices`,

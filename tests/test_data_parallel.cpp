@@ -21,8 +21,6 @@ namespace {
 using testing::random_floats;
 using testing::random_set;
 
-constexpr int kPixels = 28 * 28;
-
 // Every element of every device's buffer must equal the sum over devices.
 void check_allreduce(int k, std::size_t n) {
   testing::check_allreduce_sums(k, n, 100 + k * 7 + n, [n](const mgpu::DeviceSet& devices) -> testing::AllreduceRun {
@@ -128,18 +126,7 @@ TEST_CASE("split_batch: each device gathers its consecutive shard of the order, 
     for (int i = 0; i < k; ++i) replicas.emplace_back(devices[i], lenet::init_params(1), mgpu::shard_sizes(n, k)[0]);
     const std::vector<int> sizes = dp::split_batch(data, first, n, replicas);
     CHECK(sizes == mgpu::shard_sizes(n, k));
-    int start = first;
-    for (int i = 0; i < k; ++i) {
-      const std::vector<float> x = replicas[i].shard.x.download();
-      const std::vector<std::int32_t> y = replicas[i].shard.y.download();
-      for (int j = 0; j < sizes[i]; ++j) {
-        const int example = order[start + j];
-        const auto image = set.pixels.begin() + std::size_t(example) * kPixels;
-        CHECK(std::equal(image, image + kPixels, x.begin() + std::size_t(j) * kPixels));
-        CHECK(y[j] == set.labels[example]);
-      }
-      start += sizes[i];
-    }
+    testing::check_shards(set, order, first, sizes, replicas);
   }
   mgpu::DeviceSet devices(3);
   mgpu::Rng rng(3);

@@ -41,17 +41,8 @@ TEST_CASE("chunk_of cuts n elements into k chunks that tile [0, n), the first n 
 }
 
 // One buffer of n floats per device, device i's holding host_of(i), and the pointers an
-// allreduce takes.
-struct OnDevices {
-  OnDevices(const mgpu::DeviceSet& devices, std::size_t n, const std::function<std::vector<float>(int)>& host_of) {
-    for (int i = 0; i < devices.size(); ++i) {
-      buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
-      buffers.back().upload(host_of(i));
-    }
-  }
-  std::vector<mgpu::Buffer<float>> buffers;
-  std::vector<float*> data;
-};
+// allreduce takes (data_parallel_checks.h).
+using testing::OnDevices;
 
 // The halves alone, for k = 1..5 devices and sizes below, at and above k. bench::input's small
 // integers again, so sums are exact in any order.
@@ -69,13 +60,7 @@ TEST_CASE("reduce_scatter: device i ends with the whole sum of chunk (i + 1) mod
       });
       ring::RingAllreduce allreduce(devices, n);
       allreduce.reduce_scatter(on.data, Elements{n});
-      for (int i = 0; i < k; ++i) {
-        const mgpu::Chunk c = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
-        const std::vector<float> got = on.buffers[i].download();
-        testing::check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
-                             std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
-                             "device " + std::to_string(i) + "'s chunk");
-      }
+      testing::check_reduced_chunks(on.buffers, sum);
     }
 }
 

@@ -25,8 +25,6 @@ namespace {
 
 using mgpu::Elements;
 
-constexpr int kPixels = 28 * 28;
-
 // Chapter 02's allreduce, made once with a staging buffer of `capacity` elements.
 testing::MakeAllreduce chapter02(std::size_t capacity) {
   return [capacity](const mgpu::DeviceSet& devices) -> testing::AllreduceRun {
@@ -41,18 +39,6 @@ testing::MakeAllreduce ring_of(std::size_t capacity) {
     return [ring](const std::vector<float*>& data, Elements count) { ring->run(data, count); };
   };
 }
-
-// n floats per device, device i's from host_of(i).
-struct OnDevices {
-  OnDevices(const mgpu::DeviceSet& devices, std::size_t n, const std::function<std::vector<float>(int)>& host_of) {
-    for (int i = 0; i < devices.size(); ++i) {
-      buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
-      buffers.back().upload(host_of(i));
-    }
-  }
-  std::vector<mgpu::Buffer<float>> buffers;
-  std::vector<float*> data;
-};
 
 }  // namespace
 
@@ -89,18 +75,7 @@ TEST_CASE("hidden split_batch: other batch sizes, device counts, starts and a sh
       const int start_of_batch = first + batch * n;
       const std::vector<int> sizes = dp::split_batch(data, start_of_batch, n, replicas);
       REQUIRE(sizes == mgpu::shard_sizes(n, k));
-      int start = start_of_batch;
-      for (int i = 0; i < k; ++i) {
-        const std::vector<float> x = replicas[i].shard.x.download();
-        const std::vector<std::int32_t> y = replicas[i].shard.y.download();
-        for (int j = 0; j < sizes[i]; ++j) {
-          const int example = order[start + j];
-          const auto image = set.pixels.begin() + std::size_t(example) * kPixels;
-          CHECK(std::equal(image, image + kPixels, x.begin() + std::size_t(j) * kPixels));
-          CHECK(y[j] == set.labels[example]);
-        }
-        start += sizes[i];
-      }
+      testing::check_shards(set, order, start_of_batch, sizes, replicas);
     }
   }
 }
@@ -134,19 +109,13 @@ TEST_CASE("hidden reduce_scatter: 6 to 8 devices, fewer elements than devices an
       for (int run = 0; run < 2; ++run) {
         CAPTURE(run);
         std::vector<float> sum(n, 0.0f);
-        OnDevices on(devices, n, [&](int i) {
+        testing::OnDevices on(devices, n, [&](int i) {
           std::vector<float> host(n);
           for (std::size_t j = 0; j < n; ++j) host[j] = bench::input(i + 3 * run + 1, j), sum[j] += host[j];
           return host;
         });
         allreduce.reduce_scatter(on.data, Elements{n});
-        for (int i = 0; i < k; ++i) {
-          const mgpu::Chunk c = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
-          const std::vector<float> got = on.buffers[i].download();
-          testing::check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
-                               std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
-                               "device " + std::to_string(i) + "'s chunk");
-        }
+        testing::check_reduced_chunks(on.buffers, sum);
       }
     }
 }
@@ -162,7 +131,7 @@ TEST_CASE("hidden all_gather: 6 to 8 devices, fewer elements than devices and od
         CAPTURE(run);
         std::vector<float> expected(n);
         for (std::size_t j = 0; j < n; ++j) expected[j] = bench::input(11 + run, j);
-        OnDevices on(devices, n, [&](int i) {
+        testing::OnDevices on(devices, n, [&](int i) {
           const mgpu::Chunk own = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
           std::vector<float> host(n, -1.0f);
           for (std::size_t j = own.begin; j < own.begin + own.count; ++j) host[j] = expected[j];
