@@ -172,6 +172,7 @@ std::string usage(const ChapterInfo& c, const std::string& own_usage) {
   u += "  --warmup-epochs N raise the rate linearly to --lr over the first N epochs (default 0: none)\n";
   u += "  --seed N          seed for the initial weights and the shuffling (default 42)\n";
   u += "  --out DIR         where the CSV and the plot go (default results/)\n";
+  u += "  --run-name NAME   name the results files NAME.csv, .json, .png (default: from the settings)\n";
   u += "  --progress P      auto, on or off: how an epoch shows its progress (default auto: a live\n"
        "                    line on a terminal; in a log, mpirun's or srun's too, a plain line now and then)\n";
   u += "  --print-every N   in a log, a progress line every N batches (default 0: about every 10 s)\n";
@@ -201,6 +202,14 @@ FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
       {"--lr", positive_real_flag(o.lr)},
       {"--data-dir", text_flag(o.data_dir, "a directory")},
       {"--out", text_flag(o.out, "a directory")},
+      {"--run-name",
+       [&o](const std::string& flag, const std::string& v) -> std::string {
+         if (v.empty() || v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+                              std::string::npos || v[0] == '.' || v[0] == '-')
+           return flag + " takes letters, digits, '_', '-' and '.', not first a '.' or '-', got '" + v + "'";
+         o.run_name = v;
+         return "";
+       }},
       {"--progress",
        [&o](const std::string& flag, const std::string& v) -> std::string {
          if (v == "auto") o.progress = Options::Progress::Auto;

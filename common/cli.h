@@ -78,6 +78,7 @@ struct Options {
   // pipe, mpirun's or a scheduler's), a plain line now and then. On: the live line. Off: neither.
   enum class Progress { Auto, On, Off } progress = Progress::Auto;
   int print_every = 0;  // --print-every N: in a log, a line every N batches; 0: about every 10 s
+  std::string run_name;  // --run-name NAME: the results files' name; empty: made from the settings (report.h)
 };
 
 // The rate of step `step` (0-based) of epoch `epoch`, with `steps_per_epoch` steps an epoch.

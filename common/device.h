@@ -76,6 +76,9 @@ class OwnedStream;
 
 // GPUs that answer (always 0 in the cpu build).
 int gpu_count();
+// Their names, by ordinal ("NVIDIA H100 80GB HBM3"); none in the cpu build. For a run's record
+// of the machine (report.h).
+std::vector<std::string> gpu_names();
 
 // Owns k logical devices: streams and handles are created here and destroyed with it.
 class DeviceSet {

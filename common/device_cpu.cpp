@@ -40,6 +40,7 @@ class OwnedStream {
 };
 
 int gpu_count() { return 0; }
+std::vector<std::string> gpu_names() { return {}; }
 
 namespace {
 

@@ -51,6 +51,15 @@ int gpu_count() {
   return n;
 }
 
+std::vector<std::string> gpu_names() {
+  std::vector<std::string> names;
+  for (int gpu = 0; gpu < gpu_count(); ++gpu) {
+    cudaDeviceProp p{};
+    names.push_back(cudaGetDeviceProperties(&p, gpu) == cudaSuccess ? p.name : "unknown");
+  }
+  return names;
+}
+
 DeviceSet::DeviceSet(int k, const std::vector<int>& wanted, int) {
   check_device_count(k);
   const int gpus = gpu_count();

@@ -9,13 +9,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "backend.h"
 #include "check.h"
+#include "device.h"  // gpu_names
 #include "timer.h"  // steady_seconds
 
 namespace mgpu {
@@ -59,11 +63,170 @@ void write_whole_file(const std::string& path, const std::string& bytes) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) write_failed(path, tmp, "renaming it to the file", errno);
 }
 
-TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& options, int devices,
-                         int train_examples)
-    : chapter_(std::move(chapter)), run_(std::move(run)), options_(options), devices_(devices),
-      train_examples_(train_examples) {
+// ---- A run's settings and its name ----------------------------------------------------------
+
+namespace {
+
+std::string real_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+std::string progress_text(Options::Progress p) {
+  return p == Options::Progress::On ? "on" : p == Options::Progress::Off ? "off" : "auto";
+}
+
+}  // namespace
+
+RunSettings shared_settings(const Options& o, const ChapterInfo& chapter) {
+  const Options d = default_options(chapter);
+  RunSettings s = {
+      {"epochs", std::to_string(o.epochs), std::to_string(d.epochs)},
+      {"batch-size", std::to_string(o.batch_size), std::to_string(d.batch_size)},
+      {"lr", real_text(o.lr), real_text(d.lr)},
+      {"devices", std::to_string(o.devices), std::to_string(d.devices)},
+      {"data-dir", o.data_dir, d.data_dir, false},
+      {"limit-train", std::to_string(o.limit_train), std::to_string(d.limit_train)},
+      {"warmup-epochs", std::to_string(o.warmup_epochs), std::to_string(d.warmup_epochs)},
+      {"seed", std::to_string(o.seed), std::to_string(d.seed)},
+      {"out", o.out, d.out, false},
+      {"run-name", o.run_name, d.run_name, false},
+      {"progress", progress_text(o.progress), progress_text(d.progress), false},
+      {"print-every", std::to_string(o.print_every), std::to_string(d.print_every), false},
+  };
+  if (chapter.max_devices > 1 && chapter.eval_flag)
+    s.push_back({"eval", o.eval_all_devices ? "all" : "device0", d.eval_all_devices ? "all" : "device0"});
+  return s;
+}
+
+std::string run_name(const std::string& chapter, const std::string& given, const RunSettings& settings) {
+  if (!given.empty()) return given;
+  std::string name = chapter;
+  for (const Setting& s : settings) {
+    if (!s.in_name || s.value == s.default_value) continue;
+    name += "_" + s.flag + "-";
+    for (const char c : s.value)
+      name += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : 'x';
+  }
+  return name;
+}
+
+namespace {
+
+// Ordered: the JSON's keys in the order they are written (run, settings, epochs, ...), not sorted.
+using json = nlohmann::ordered_json;
+
+// A setting's value in the JSON: a number where the text is one ("256", "0.2"), else the text.
+json setting_value(const std::string& text) {
+  if (const auto n = to_integer(text)) return *n;
+  if (const auto x = to_real(text)) return *x;
+  return text;
+}
+
+std::string read_whole(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings) {
+  const fs::path folder(out), json_file = folder / (run + ".json");
+  std::vector<std::string> there;  // the run's files already in the folder
+  for (const char* extension : {".csv", ".json", ".png"})
+    if (fs::exists(folder / (run + extension))) there.push_back(run + extension);
+  if (there.empty()) return;
+  std::string listed;  // "01_lenet.csv, .json, .png"
+  for (const std::string& f : there) listed += listed.empty() ? f : ", " + f.substr(run.size());
+  const std::string keep = "they are kept; name this run otherwise (--run-name NAME) or move them away";
+  if (!fs::exists(json_file))
+    throw Error(out + " holds " + listed + " with no " + run + ".json to say which settings made " +
+                (there.size() > 1 ? "them" : "it") + " (a run of an older version?): " + keep);
+  json earlier;
+  try {
+    earlier = json::parse(read_whole(json_file)).at("settings");
+  } catch (const json::exception& e) {
+    throw Error(json_file.string() + " cannot be read as a run's JSON (" + e.what() + "): " + keep);
+  }
+  // Compared: the settings in the name. Where the files go, and how progress showed, may differ.
+  std::string differ;
+  for (const Setting& s : settings) {
+    if (!s.in_name) continue;
+    const json mine = setting_value(s.value);
+    if (earlier.contains(s.flag) && earlier[s.flag] == mine) continue;
+    differ += (differ.empty() ? "" : ", ") + std::string("--") + s.flag + " " + s.value + " here, " +
+              (earlier.contains(s.flag) ? earlier[s.flag].dump() : "none") + " there";
+  }
+  if (!differ.empty())
+    throw Error(out + " holds " + listed + " of another run named " + run + " (" + differ + "): " + keep);
+  std::printf("%s: replacing %s, left by an earlier run with the same settings\n", run.c_str(), listed.c_str());
+}
+
+namespace {
+
+// What the program can see of the machine by itself (tools/machine_stamp.sh, which the figure
+// scripts run, also asks nvidia-smi, nvcc, mpirun and dpkg).
+json machine() {
+  std::string cpu = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+#if defined(__clang__)
+  const std::string compiler = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  const std::string compiler = std::string("g++ ") + __VERSION__;
+#else
+  const std::string compiler = "unknown";
+#endif
+  return {{"backend", kBackendName},
+          {"gpus", gpu_names()},
+          {"cpu", cpu},
+          {"cores", std::thread::hardware_concurrency()},
+          {"compiler", compiler}};
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
+}
+
+// Appends `line` to the file at `path` and flushes it to the system, checking every step: a row
+// that cannot be written (a full disk, a folder that went away) throws, naming the file.
+void append_line(const std::string& path, const std::string& line) {
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (!f) throw Error(path + ": cannot be appended to: " + std::strerror(errno));
+  const bool written = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0;
+  const int write_error = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed)
+    throw Error(path + ": cannot be appended to: " + std::strerror(written ? errno : write_error));
+}
+
+}  // namespace
+
+TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& options, RunSettings settings,
+                         int devices, int train_examples)
+    : chapter_(std::move(chapter)), run_(std::move(run)), options_(options), settings_(std::move(settings)),
+      devices_(devices), train_examples_(train_examples), started_(utc_now()) {
   prepare_output_folder(options_.out);
+  claim_run_files(options_.out, run_, settings_);
+  // A plot of the earlier run would outlive this one if it stopped before drawing its own.
+  std::error_code ignored;
+  fs::remove(fs::path(options_.out) / (run_ + ".png"), ignored);
+  // in_sec_per_epoch: 0 for the first epoch (one-time set-up included, left out of the mean
+  // when there are more epochs), 1 for those the result line's sec_per_epoch averages.
+  write_whole_file(csv_path(), "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n");
+  write_json(false);
 }
 
 namespace {
@@ -127,6 +290,11 @@ void TrainingLog::end_epoch(const EpochRecord& r) {
   std::printf("%sepoch %2d/%d  loss %.4f  train_acc %.4f  test_acc %.4f  sec %.2f\n", erase_progress_line, r.epoch,
               options_.epochs, r.train_loss, r.train_acc, r.test_acc, r.seconds);
   std::fflush(stdout);
+  std::ostringstream row;
+  row << r.epoch << ',' << r.train_loss << ',' << r.train_acc << ',' << r.test_acc << ',' << r.seconds << ','
+      << (in_sec_per_epoch(records_.size() - 1) ? 1 : 0) << '\n';
+  append_line(csv_path(), row.str());
+  write_json(false);
   if (!std::isfinite(r.train_loss)) {
     char lr[32];
     std::snprintf(lr, sizeof lr, "%g", options_.lr);
@@ -147,6 +315,13 @@ double TrainingLog::seconds_per_epoch() const {
 
 std::size_t TrainingLog::timed_from() const { return records_.size() > 1 ? 1 : 0; }
 
+// Decided when the epoch ends, before the run knows whether another follows: the first epoch is
+// left out when the run asks for more (--epochs), as seconds_per_epoch() leaves it out once
+// there are more. (A run stopped after its first epoch keeps the 0: it was meant to be left out.)
+bool TrainingLog::in_sec_per_epoch(std::size_t i) const {
+  return i > 0 || records_[0].epoch >= options_.epochs;
+}
+
 std::string TrainingLog::timing_note() const {
   if (records_.size() < 2) return "sec_per_epoch is the only epoch's time (it includes one-time set-up)";
   const std::string averaged = records_.size() == 2 ? "epoch " + std::to_string(records_[1].epoch) + "'s time"
@@ -158,33 +333,66 @@ std::string TrainingLog::timing_note() const {
   return "sec_per_epoch is " + averaged + "; " + first;
 }
 
-std::string TrainingLog::result_line() const {
+std::vector<std::pair<std::string, std::string>> TrainingLog::result_fields() const {
   const double sec = seconds_per_epoch();
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "result: chapter=%s backend=%s devices=%d epochs=%d batch=%d lr=%g test_acc=%.4f "
-                "sec_per_epoch=%.3f samples_per_sec=%.0f first_epoch_sec=%.3f",
-                chapter_.c_str(), kBackendName, devices_, options_.epochs, options_.batch_size, options_.lr,
-                records_.empty() ? 0.0 : records_.back().test_acc, sec, sec > 0 ? train_examples_ / sec : 0.0,
-                records_.empty() ? 0.0 : records_.front().seconds);
-  return buf;
+  auto fixed = [](double x, int digits) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+    return std::string(buf);
+  };
+  return {{"chapter", chapter_},
+          {"backend", kBackendName},
+          {"devices", std::to_string(devices_)},
+          {"epochs", std::to_string(options_.epochs)},
+          {"batch", std::to_string(options_.batch_size)},
+          {"lr", real_text(options_.lr)},
+          {"test_acc", fixed(records_.empty() ? 0.0 : records_.back().test_acc, 4)},
+          {"sec_per_epoch", fixed(sec, 3)},
+          {"samples_per_sec", fixed(sec > 0 ? train_examples_ / sec : 0.0, 0)},
+          {"first_epoch_sec", fixed(records_.empty() ? 0.0 : records_.front().seconds, 3)}};
+}
+
+std::string TrainingLog::result_line() const {
+  std::string line = "result:";
+  for (const auto& [key, value] : result_fields()) line += " " + key + "=" + value;
+  return line;
 }
 
 std::string TrainingLog::csv_path() const { return (fs::path(options_.out) / (run_ + ".csv")).string(); }
+std::string TrainingLog::json_path() const { return (fs::path(options_.out) / (run_ + ".json")).string(); }
 
-void TrainingLog::finish() const {
-  prepare_output_folder(options_.out);  // again: it may have gone while the run trained
-  // in_sec_per_epoch: 0 for the first epoch (one-time set-up included, left out of the mean
-  // when there are more epochs), 1 for those the result line's sec_per_epoch averages.
-  std::ostringstream csv;
-  csv << "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n";
+void TrainingLog::write_json(bool finished) const {
+  json settings = json::object();
+  for (const Setting& s : settings_) settings[s.flag] = setting_value(s.value);
+  json epochs = json::array();
   for (std::size_t i = 0; i < records_.size(); ++i) {
     const EpochRecord& r = records_[i];
-    csv << r.epoch << ',' << r.train_loss << ',' << r.train_acc << ',' << r.test_acc << ',' << r.seconds << ','
-        << (i >= timed_from() ? 1 : 0) << '\n';
+    epochs.push_back({{"epoch", r.epoch},
+                      {"train_loss", r.train_loss},  // a NaN is written as null: JSON has no NaN
+                      {"train_acc", r.train_acc},
+                      {"test_acc", r.test_acc},
+                      {"seconds", r.seconds},
+                      {"in_sec_per_epoch", in_sec_per_epoch(i)}});
   }
-  write_whole_file(csv_path(), csv.str());
-  std::printf("wrote %s\n", csv_path().c_str());
+  json j = {{"run", run_},
+            {"chapter", chapter_},
+            {"started", started_},
+            {"finished", finished},
+            {"commit", build_commit()},
+            {"machine", machine()},
+            {"settings", settings},
+            {"epochs", epochs}};
+  if (finished) {
+    json result = json::object();
+    for (const auto& [key, value] : result_fields()) result[key] = setting_value(value);
+    j["result"] = result;
+  }
+  write_whole_file(json_path(), j.dump(2) + "\n");
+}
+
+void TrainingLog::finish() const {
+  write_json(true);
+  std::printf("wrote %s\nwrote %s\n", json_path().c_str(), csv_path().c_str());
   const std::string png = (fs::path(options_.out) / (run_ + ".png")).string();
   char title[256];
   std::snprintf(title, sizeof title, "%s: %s backend, %d device(s), batch %d, lr %g", run_.c_str(), kBackendName,

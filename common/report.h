@@ -5,7 +5,13 @@
 //     every 10 s, or every --print-every N batches (the rate is the last epoch's: none in the
 //     first),
 //   - one line per epoch:  epoch  3/10  loss 0.5123  train_acc 0.8012  test_acc 0.7950  sec 3.91
-//   - results/<run>.csv, one row per epoch, and results/<run>.png (gnuplot, when installed),
+//   - in --out (default results/), files named after the run (run_name below: 01_lenet for d2l's
+//     defaults, 01_lenet_epochs-5_batch-size-64 for a run with other settings, or --run-name):
+//       <run>.csv   one row per epoch, each appended and flushed when its epoch ends, so that a
+//                   run stopped part-way leaves the epochs it finished,
+//       <run>.json  the settings, the epochs so far, the machine and the commit, rewritten whole
+//                   after every epoch; at the end also the result line's fields,
+//       <run>.png   the curves (gnuplot, when installed), drawn at the end,
 //   - the final machine-readable line:
 //     result: chapter=01_lenet backend=cpu devices=1 epochs=10 batch=256 lr=0.2 test_acc=0.8312 ...
 //     whose sec_per_epoch leaves out the first epoch (one-time set-up) when there are more; the
@@ -18,6 +24,46 @@
 #include "cli.h"
 
 namespace mgpu {
+
+// ---- A run's settings and its name ----------------------------------------------------------
+
+// One setting of a run, as its command line spells it: the flag without its dashes ("epochs",
+// "batch-size", "graph"), its value and the chapter's default, as text ("5", "256", "on").
+// `in_name`: whether it can change what the run computes or measures, and so is part of the
+// name; where files are read and written (--out, --data-dir) and how progress is shown are not.
+struct Setting {
+  std::string flag, value, default_value;
+  bool in_name = true;
+};
+using RunSettings = std::vector<Setting>;
+
+// The settings of the flags every chapter shares, in the order --help lists them, against this
+// chapter's defaults. A chapter appends its own flags' settings to them.
+RunSettings shared_settings(const Options& o, const ChapterInfo& chapter);
+
+// The name of a run's files. `given` (--run-name) when not empty; otherwise the chapter's name,
+// then "_<flag>-<value>" for each setting in the name whose value is not its default, in the
+// settings' order (a character other than a letter, digit, '.' or '-' becomes 'x': 0:3 -> 0x3):
+//   01_lenet                                          d2l's defaults
+//   01_lenet_epochs-5_batch-size-64_limit-train-10000 --epochs 5 --limit-train 10000 --batch-size 64
+// The same settings give the same name whatever their order on the command line. A program that
+// trains several runs adds what tells them apart: 02_data_parallel_k1 and 02_data_parallel_k2.
+std::string run_name(const std::string& chapter, const std::string& given, const RunSettings& settings);
+
+// Before a run writes <out>/<run>.csv, .json and .png, the files an earlier run left under that
+// name: none, or files of a run with the same settings (those in the name; its JSON says), which
+// are replaced after a line saying so, or files of another run, which are never replaced: that
+// throws mgpu::Error saying which settings differ and what to do (another --run-name, or move
+// them away). A CSV or plot without a JSON that says its settings counts as another run's.
+void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings);
+
+// The commit the program was built from, `git describe --always --dirty` ("2cb88c7-dirty": with
+// changes not committed), read again at every build (cmake/Commit.cmake); "unknown" where the
+// source is not a git checkout. It goes into every run's JSON, beside what the program can see
+// of the machine: the backend, the GPUs by name, the CPU model and cores, the compiler.
+std::string build_commit();
+
+// ---- The training log ------------------------------------------------------------------------
 
 struct EpochRecord {
   int epoch = 0;            // 1-based
@@ -42,16 +88,22 @@ void write_whole_file(const std::string& path, const std::string& bytes);
 
 class TrainingLog {
  public:
-  // `run` names the files ("01_lenet", "02_data_parallel_k2"); `chapter` goes on the result line.
-  // Checks at once that options.out can be written (prepare_output_folder).
-  TrainingLog(std::string chapter, std::string run, const Options& options, int devices, int train_examples);
+  // `run` names the files ("01_lenet", "02_data_parallel_k2": run_name); `chapter` goes on the
+  // result line; `settings` go into the JSON and decide whether earlier files of that name may
+  // be replaced. At once, before any training: checks that options.out can be written
+  // (prepare_output_folder), claims the run's files (claim_run_files), and writes the CSV's
+  // header and the JSON's settings.
+  TrainingLog(std::string chapter, std::string run, const Options& options, RunSettings settings, int devices,
+              int train_examples);
 
   // Batch `batch` (0-based) of `batches` of epoch `epoch` (1-based) is done: shows the progress
   // as options.progress and options.print_every say. Call it after every batch; it prints
   // only now and then, and costs a clock reading otherwise.
   void progress(int epoch, int batch, int batches);
-  // Prints the epoch line. A training loss that is not finite (the run diverged: lower --lr)
-  // throws mgpu::Error after the line is printed: nothing after it would mean anything.
+  // Prints the epoch line, appends the epoch's row to the CSV (flushed, and checked: a row that
+  // cannot be written throws mgpu::Error naming the file) and rewrites the JSON. A training loss
+  // that is not finite (the run diverged: lower --lr) throws mgpu::Error after the line and the
+  // row are written: nothing after it would mean anything.
   void end_epoch(const EpochRecord& record);
 
   const std::vector<EpochRecord>& records() const { return records_; }
@@ -59,16 +111,27 @@ class TrainingLog {
   std::string timing_note() const;   // which epochs seconds_per_epoch() averages
   std::string result_line() const;   // starts with "result: "
 
-  // Writes <out>/<run>.csv and <out>/<run>.png, prints where, then the result line.
+  // The result line's fields, in its order: ("chapter", "01_lenet"), ..., ("first_epoch_sec", "4.000").
+  std::vector<std::pair<std::string, std::string>> result_fields() const;
+
+  // Draws <out>/<run>.png, writes the JSON with the result, prints which files the run left,
+  // then the result line.
   void finish() const;
-  std::string csv_path() const;
+  std::string csv_path() const;   // <out>/<run>.csv
+  std::string json_path() const;  // <out>/<run>.json
+  const std::string& run() const { return run_; }
+  int devices() const { return devices_; }
 
  private:
   std::string chapter_, run_;
   Options options_;
+  RunSettings settings_;
   int devices_, train_examples_;
+  std::string started_;  // when the run began, UTC, ISO 8601
   std::vector<EpochRecord> records_;
   std::size_t timed_from() const;  // the first record seconds_per_epoch() counts
+  bool in_sec_per_epoch(std::size_t i) const;  // whether records_[i] is one seconds_per_epoch() averages
+  void write_json(bool finished) const;  // <run>.json, whole
   // The progress of the epoch running: which epoch, and when its progress was last shown.
   int progress_epoch_ = 0;
   double last_shown_s_ = 0;

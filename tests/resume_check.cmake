@@ -51,7 +51,7 @@ endforeach()
 
 # The CSVs' columns epoch, loss, train acc, test acc must agree in every row (the seconds differ).
 foreach(part whole parts)
-  file(GLOB csv "${OUT}/${part}/*.csv")
+  file(GLOB csv "${OUT}/${part}/*_epochs-3_*.csv")  # the 3-epoch runs (parts/ also holds the 2-epoch one)
   file(STRINGS "${csv}" rows)
   set(curve "")
   foreach(row IN LISTS rows)

@@ -505,7 +505,7 @@ TEST_CASE("real data: bf16 and scaled fp16 train about as well as fp32 (2 epochs
     f.options.precision = p;
     REQUIRE(mixed::resolve_defaults(f).empty());
     mgpu::DeviceSet devices(2);
-    mgpu::TrainingLog log("06_mixed_precision", "test_" + mixed::name_of(p), o, 2, data.train.count);
+    mgpu::TrainingLog log("06_mixed_precision", "test_" + mixed::name_of(p), o, {}, 2, data.train.count);
     const std::vector<mixed::ScalerEpoch> scaler = mixed::train(devices, data, o, f.options, log);
     const double acc = log.records().back().test_acc;
     MESSAGE(mixed::name_of(p) << ": test accuracy " << acc << ", final loss scale " << scaler.back().scale);

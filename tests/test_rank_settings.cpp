@@ -80,7 +80,8 @@ TEST_CASE("to_text and from_text: the settings travel as key=value lines and com
 // The class, not the cases: an option added to the chapter must be compared across ranks or
 // be named here as one a rank may have to itself (see settings_to_agree_on in options.cpp).
 TEST_CASE("settings_to_agree_on: every option of the usage is compared, or listed as per-rank") {
-  const std::set<std::string> per_rank{"--data-dir", "--out", "--progress", "--print-every", "--devices", "--help"};
+  const std::set<std::string> per_rank{"--data-dir", "--out", "--progress", "--print-every", "--run-name",
+                                       "--devices", "--help"};
   const Settings s = mp::settings_to_agree_on(parsed({}));
   std::set<std::string> compared;
   for (const mp::Setting& x : s) compared.insert(x.key);

@@ -1,8 +1,11 @@
-// What a run leaves behind (common/report.h): the CSV, the plot, the result line. The plot is
-// drawn by gnuplot, a separate program: no path the user typed may reach a shell or a gnuplot
-// script, whatever characters it holds.
+// What a run leaves behind (common/report.h): files named after the run's settings, the CSV
+// row by row, the JSON, the plot, the result line. The plot is drawn by gnuplot, a separate
+// program: no path the user typed may reach a shell or a gnuplot script, whatever characters
+// it holds.
 #include <doctest/doctest.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -12,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/backend.h"  // kBackendName
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/report.h"
@@ -47,7 +51,7 @@ void finish_a_run(const fs::path& out) {
   mgpu::Options o;
   o.epochs = 2;
   o.out = out.string();
-  mgpu::TrainingLog log("01_lenet", "report_test", o, 1, 1000);
+  mgpu::TrainingLog log("01_lenet", "report_test", o, {}, 1, 1000);
   log.end_epoch({1, 2.3, 0.1, 0.1, 4.0});
   log.end_epoch({2, 1.6, 0.4, 0.6, 2.0});
   log.finish();
@@ -99,7 +103,7 @@ TEST_CASE("the CSV marks the first epoch as left out of sec_per_epoch, and the r
   mgpu::Options o;
   o.epochs = 2;
   o.out = out.string();
-  mgpu::TrainingLog log("01_lenet", "timing", o, 1, 1000);
+  mgpu::TrainingLog log("01_lenet", "timing", o, {}, 1, 1000);
   log.end_epoch({1, 2.3, 0.1, 0.1, 4.0});
   CHECK(log.seconds_per_epoch() == doctest::Approx(4.0));  // one epoch: it is all there is
   log.end_epoch({2, 1.6, 0.4, 0.6, 2.0});
@@ -119,7 +123,7 @@ TEST_CASE("a run whose training loss is not finite stops, after printing the epo
   mgpu::Options o;
   o.out = out.string();
   o.lr = 5.0f;
-  mgpu::TrainingLog log("01_lenet", "diverged", o, 1, 1000);
+  mgpu::TrainingLog log("01_lenet", "diverged", o, {}, 1, 1000);
   log.end_epoch({1, 2.3, 0.1, 0.1, 1.0});
   CHECK_THROWS_WITH_AS(log.end_epoch({2, std::nan(""), 0.1, 0.1, 1.0}),
                        doctest::Contains("training diverged in epoch 2: the training loss is NaN; try a smaller --lr than 5"),
@@ -166,23 +170,21 @@ TEST_CASE("write_whole_file: the whole new file or the old one, never a part, an
   fs::remove_all(folder.parent_path());
 }
 
-TEST_CASE("a run's CSV that cannot be written is an error, and the earlier run's CSV survives it") {
+TEST_CASE("a CSV row that cannot be written stops the run, naming the file; the rows before it stay") {
   const fs::path out = fresh_folder("full");
-  finish_a_run(out);
-  const std::string earlier = read_file(out / "report_test.csv");
-  REQUIRE(earlier.find("\n2,1.6,0.4,0.6,2,1\n") != std::string::npos);
-
   mgpu::Options o;
-  o.epochs = 400;
+  o.epochs = 10;
   o.out = out.string();
-  mgpu::TrainingLog log("01_lenet", "report_test", o, 1, 1000);
-  for (int e = 1; e <= o.epochs; ++e) log.end_epoch({e, 0.5, 0.8, 0.8, 1.0});  // a CSV of ~10 KB
+  mgpu::TrainingLog log("01_lenet", "report_test", o, {}, 1, 1000);
+  log.end_epoch({1, 0.5, 0.8, 0.8, 1.0});
+  const std::string before = read_file(out / "report_test.csv");
   {
-    const testing::FileSizeLimit disk_fills(2048);
-    CHECK_THROWS_WITH_AS(log.finish(), doctest::Contains("report_test.csv: cannot be written"), mgpu::Error);
+    // As a full disk: the CSV may not grow by a whole row (about 20 bytes).
+    const testing::FileSizeLimit disk_fills(fs::file_size(out / "report_test.csv") + 4);
+    CHECK_THROWS_WITH_AS(log.end_epoch({2, 0.4, 0.9, 0.9, 1.0}), doctest::Contains("report_test.csv: cannot be appended to"),
+                         mgpu::Error);
   }
-  CHECK(read_file(out / "report_test.csv") == earlier);
-  CHECK(temporaries_in(out) == 0);
+  CHECK(read_file(out / "report_test.csv").rfind(before, 0) == 0);  // the header and epoch 1, as written
   fs::remove_all(out.parent_path());
 }
 
@@ -228,7 +230,7 @@ TEST_CASE("--progress: on draws a live line and erases it; off draws nothing; au
   for (const auto p : {mgpu::Options::Progress::On, mgpu::Options::Progress::Off, mgpu::Options::Progress::Auto}) {
     o.progress = p;
     CAPTURE(static_cast<int>(p));
-    mgpu::TrainingLog log("01_lenet", "progress", o, 1, 1000);
+    mgpu::TrainingLog log("01_lenet", "progress_" + std::to_string(static_cast<int>(p)), o, {}, 1, 1000);
     const std::string text = stdout_of([&] {
       log.progress(1, 16, 40);
       log.end_epoch({1, 2.3, 0.1, 0.1, 1.0});
@@ -248,7 +250,7 @@ TEST_CASE("--print-every N: in a log, a plain line every N batches, with the las
   mgpu::Options o;
   o.out = out.string();
   o.print_every = 4;
-  mgpu::TrainingLog log("01_lenet", "print_every", o, 1, 1000);
+  mgpu::TrainingLog log("01_lenet", "print_every", o, {}, 1, 1000);
   const std::string text = stdout_of([&] {
     for (int b = 0; b < 8; ++b) log.progress(1, b, 8);
     log.end_epoch({1, 2.3, 0.1, 0.1, 2.0});  // 1,000 images in 2 s: 500 images/s
@@ -260,6 +262,164 @@ TEST_CASE("--print-every N: in a log, a plain line every N batches, with the las
   CHECK(text.find("  epoch 2/10  batch 4/8  500 images/s (last epoch)  ETA 1.0 s\n") != std::string::npos);
   CHECK(text.find("  epoch 2/10  batch 8/8  500 images/s (last epoch)  ETA 0.0 s\n") != std::string::npos);
   CHECK(text.find("batch 3/8") == std::string::npos);
+  fs::remove_all(out.parent_path());
+}
+
+}  // namespace
+
+// ---- Run names, files that are there already, the CSV of a run stopped part-way, the JSON ----
+
+namespace {
+
+using nlohmann::json;
+
+const mgpu::ChapterInfo kLenet{"01_lenet", "LeNet", 1, 1};
+
+std::string name_of(const std::vector<std::string>& args, const mgpu::ChapterInfo& chapter = kLenet) {
+  const mgpu::ParseResult r = mgpu::parse_options(args, chapter);
+  REQUIRE(r.error.empty());
+  return mgpu::run_name(chapter.name, r.options.run_name, mgpu::shared_settings(r.options, chapter));
+}
+
+TEST_CASE("run_name: the chapter's name, then each setting that differs from its default, in --help's order") {
+  CHECK(name_of({}) == "01_lenet");
+  // The quick look of chapter 01's README, its flags in any order: one name.
+  CHECK(name_of({"--epochs", "5", "--limit-train", "10000", "--batch-size", "64"}) ==
+        "01_lenet_epochs-5_batch-size-64_limit-train-10000");
+  CHECK(name_of({"--batch-size", "64", "--epochs", "5", "--limit-train", "10000"}) ==
+        "01_lenet_epochs-5_batch-size-64_limit-train-10000");
+  CHECK(name_of({"--lr", "0.1", "--seed", "7", "--warmup-epochs", "2"}) == "01_lenet_lr-0.1_warmup-epochs-2_seed-7");
+  // A default given on the command line is still the default.
+  CHECK(name_of({"--epochs", "10", "--lr", "0.2"}) == "01_lenet");
+  // Where the files go and how progress shows change nothing the run computes.
+  CHECK(name_of({"--out", "elsewhere", "--data-dir", "/data", "--progress", "off", "--print-every", "3"}) == "01_lenet");
+  // --run-name wins; the chapter's defaults are its own (chapter 02's: 2 devices).
+  CHECK(name_of({"--epochs", "5", "--run-name", "quick.look-1"}) == "quick.look-1");
+  const mgpu::ChapterInfo ch02{"02_data_parallel", "", 2, 1024};
+  CHECK(name_of({"--devices", "2"}, ch02) == "02_data_parallel");
+  CHECK(name_of({"--devices", "4", "--eval", "device0"}, ch02) == "02_data_parallel_devices-4_eval-device0");
+  // A chapter's own settings follow; a character that is not a plain one in a file name becomes 'x'.
+  mgpu::RunSettings own{{"mode", "ssp", "bsp"}, {"straggler", "0:3", "none"}, {"checkpoint", "/tmp/a b", "", false}};
+  CHECK(mgpu::run_name("08_parameter_server", "", own) == "08_parameter_server_mode-ssp_straggler-0x3");
+}
+
+TEST_CASE("--run-name takes letters, digits, '_', '-' and '.': a name, not a path") {
+  CHECK(mgpu::parse_options({"--run-name", "lenet_quick-2.1"}, kLenet).error.empty());
+  for (const char* bad : {"a b", "../up", "dir/name", ".hidden", "-x", "it's"}) {
+    CAPTURE(bad);
+    CHECK(mgpu::parse_options({std::string("--run-name=") + bad}, kLenet).error.find("--run-name takes letters") == 0);
+  }
+  CHECK(mgpu::usage(kLenet).find("--run-name NAME") != std::string::npos);
+}
+
+// A run of `settings` named `run` in `out`: `epochs` epochs logged, finished or not.
+void a_run(const fs::path& out, const std::string& run, const mgpu::RunSettings& settings, int epochs, bool finish) {
+  mgpu::Options o;
+  o.epochs = 3;
+  o.out = out.string();
+  mgpu::TrainingLog log("01_lenet", run, o, settings, 1, 1000);
+  for (int e = 1; e <= epochs; ++e) log.end_epoch({e, 2.0 / e, 0.2 * e, 0.25 * e, 3.0 - e * 0.5});
+  if (finish) log.finish();
+}
+
+TEST_CASE("the same settings again replace their files, saying so; another run's files are never replaced") {
+  const fs::path out = fresh_folder("claims");
+  const mgpu::RunSettings quick{{"epochs", "3", "10"}, {"out", out.string(), "results", false}};
+  a_run(out, "01_lenet_epochs-3", quick, 3, true);
+  const std::string first = read_file(out / "01_lenet_epochs-3.json");
+
+  // The same settings (another --out text: not compared): replaced, after one line.
+  mgpu::RunSettings same = quick;
+  same[1].value = "./" + out.string();
+  const std::string said = stdout_of([&] { a_run(out, "01_lenet_epochs-3", same, 1, false); });
+  CHECK(said.find("01_lenet_epochs-3: replacing 01_lenet_epochs-3.csv, .json") == 0);
+  CHECK(read_file(out / "01_lenet_epochs-3.csv") ==
+        "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n1,2,0.2,0.25,2.5,0\n");
+  CHECK_FALSE(fs::exists(out / "01_lenet_epochs-3.png"));  // the earlier run's plot went with it
+
+  // Other settings under that name (--run-name chose it): refused before anything is written.
+  a_run(out, "01_lenet_epochs-3", quick, 3, true);
+  const std::string csv = read_file(out / "01_lenet_epochs-3.csv"), json_text = read_file(out / "01_lenet_epochs-3.json");
+  const mgpu::RunSettings other{{"epochs", "4", "10"}, {"seed", "7", "42"}};
+  CHECK_THROWS_WITH_AS(a_run(out, "01_lenet_epochs-3", other, 1, false),
+                       doctest::Contains("of another run named 01_lenet_epochs-3 (--epochs 4 here, 3 there, --seed 7 "
+                                         "here, none there): they are kept; name this run otherwise (--run-name NAME)"),
+                       mgpu::Error);
+  CHECK(read_file(out / "01_lenet_epochs-3.csv") == csv);
+  CHECK(read_file(out / "01_lenet_epochs-3.json") == json_text);
+
+  // A CSV with no JSON beside it (an older version's run, or someone's file): nobody can say
+  // whose settings it holds, so it is kept.
+  std::ofstream(out / "01_lenet.csv") << "epoch,train_loss\n1,2\n";
+  CHECK_THROWS_WITH_AS(a_run(out, "01_lenet", {}, 1, false),
+                       doctest::Contains("holds 01_lenet.csv with no 01_lenet.json to say which settings made it"),
+                       mgpu::Error);
+  CHECK(read_file(out / "01_lenet.csv") == "epoch,train_loss\n1,2\n");
+  CHECK_FALSE(fs::exists(out / "01_lenet.json"));
+  (void)first;
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("a run stopped after its first epoch leaves the CSV's header and that epoch's row, and a JSON that says so") {
+  const fs::path out = fresh_folder("stopped");
+  const mgpu::RunSettings settings{{"epochs", "3", "10"}, {"graph", "off", "on"}};
+  a_run(out, "stopped", settings, 1, false);  // the log is gone without finish(), as in a run that failed
+  CHECK(read_file(out / "stopped.csv") ==
+        "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n1,2,0.2,0.25,2.5,0\n");
+  const json j = json::parse(read_file(out / "stopped.json"));
+  CHECK(j.at("finished") == false);
+  CHECK_FALSE(j.contains("result"));
+  REQUIRE(j.at("epochs").size() == 1);
+  CHECK(j["epochs"][0].at("test_acc") == doctest::Approx(0.25));
+  CHECK(j.at("settings").at("epochs") == 3);
+  CHECK(j["settings"].at("graph") == "off");
+  CHECK_FALSE(fs::exists(out / "stopped.png"));
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("the JSON of a finished run: its settings, every epoch, the result line's fields, the machine, the commit") {
+  const fs::path out = fresh_folder("json");
+  const mgpu::ParseResult parsed = mgpu::parse_options({"--epochs", "3", "--lr", "0.1", "--out", out.string()}, kLenet);
+  REQUIRE(parsed.error.empty());
+  const mgpu::RunSettings settings = mgpu::shared_settings(parsed.options, kLenet);
+  mgpu::TrainingLog log("01_lenet", mgpu::run_name("01_lenet", "", settings), parsed.options, settings, 1, 1000);
+  for (int e = 1; e <= 3; ++e) log.end_epoch({e, 2.0 / e, 0.2 * e, 0.25 * e, 3.0 - e * 0.5});
+  const std::string said = stdout_of([&] { log.finish(); });
+  CHECK(said.find("wrote " + (out / "01_lenet_epochs-3_lr-0.1.json").string() + "\n") != std::string::npos);
+
+  const json j = json::parse(read_file(out / "01_lenet_epochs-3_lr-0.1.json"));
+  CHECK(j.at("run") == "01_lenet_epochs-3_lr-0.1");
+  CHECK(j.at("finished") == true);
+  const json& s = j.at("settings");  // every shared flag, with its value as the run had it
+  CHECK(s.at("epochs") == 3);
+  CHECK(s.at("lr") == doctest::Approx(0.1));
+  CHECK(s.at("batch-size") == 256);
+  CHECK(s.at("seed") == 42);
+  CHECK(s.at("out") == out.string());
+  CHECK(s.at("progress") == "auto");
+  REQUIRE(j.at("epochs").size() == 3);
+  CHECK(j["epochs"][0].at("in_sec_per_epoch") == false);
+  CHECK(j["epochs"][2].at("seconds") == doctest::Approx(1.5));
+  // The result line's fields, the same values.
+  const json& r = j.at("result");
+  CHECK(r.at("test_acc") == doctest::Approx(0.75));
+  CHECK(r.at("sec_per_epoch") == doctest::Approx(1.75));  // epochs 2 and 3
+  CHECK(r.at("first_epoch_sec") == doctest::Approx(2.5));
+  CHECK(r.at("samples_per_sec") == 571);
+  CHECK(r.at("backend") == mgpu::kBackendName);
+  for (const auto& [key, value] : log.result_fields()) {
+    CAPTURE(key);
+    CHECK(r.contains(key));
+  }
+  CHECK(j.at("machine").at("backend") == mgpu::kBackendName);
+  CHECK(j["machine"].at("cores").get<int>() >= 1);
+  CHECK_FALSE(j["machine"].at("compiler").get<std::string>().empty());
+  CHECK(j.at("commit") == mgpu::build_commit());
+  CHECK_FALSE(mgpu::build_commit().empty());
+  // The CSV says the same, row by row.
+  CHECK(read_file(out / "01_lenet_epochs-3_lr-0.1.csv") ==
+        "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n1,2,0.2,0.25,2.5,0\n2,1,0.4,0.5,2,1\n"
+        "3,0.666667,0.6,0.75,1.5,1\n");
   fs::remove_all(out.parent_path());
 }
 

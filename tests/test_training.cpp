@@ -47,7 +47,7 @@ TEST_CASE("two epochs on 10,000 images reach well above chance") {
   o.seed = 42;
   o.out = out.path.string();
   mgpu::DeviceSet devices(1);
-  mgpu::TrainingLog log("01_lenet", "test_run", o, devices.size(), data.train.count);
+  mgpu::TrainingLog log("01_lenet", "test_run", o, {}, devices.size(), data.train.count);
 
   const lenet::HostParams params = lenet::train(devices, data, o, log);
   CHECK(params.size() == std::size_t(lenet::kParamTensors));
@@ -89,7 +89,7 @@ TEST_CASE("two runs with the same seed end with identical parameters") {
   mgpu::DeviceSet devices(1);
   auto run = [&](std::uint64_t seed) {
     o.seed = seed;
-    mgpu::TrainingLog log("01_lenet", "determinism", o, devices.size(), data.train.count);
+    mgpu::TrainingLog log("01_lenet", "determinism", o, {}, devices.size(), data.train.count);
     return lenet::train(devices, data, o, log);
   };
   const lenet::HostParams a = run(5), b = run(5), c = run(6);
@@ -117,7 +117,7 @@ TEST_CASE("a recorded step replays the same arithmetic as the step queued kernel
   mgpu::DeviceSet devices(1);
   long replays_on = -1, replays_off = -1;
   auto run = [&](bool capture, long* replays) {
-    mgpu::TrainingLog log("01_lenet", capture ? "graph_on" : "graph_off", o, devices.size(), data.train.count);
+    mgpu::TrainingLog log("01_lenet", capture ? "graph_on" : "graph_off", o, {}, devices.size(), data.train.count);
     return lenet::train(devices, data, o, log, capture, replays);
   };
   const lenet::HostParams replayed = run(true, &replays_on), queued = run(false, &replays_off);

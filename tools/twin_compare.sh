@@ -10,8 +10,8 @@
 #
 # The chapter's compare.sh takes [BUILD_DIR] [-- extra flags for both programs] (run from the
 # repository root). Both programs write a CSV into --out (default results/), the C++ one the file
-# its "wrote ....csv" line names, the twin <PROGRAM>_torch.csv; the picture is
-# <out>/<PROGRAM>_vs_torch.png.
+# its "wrote ....csv" line names (<RUN>.csv, named after its settings: 01_lenet for d2l's, as
+# common/report.h says), the twin <PROGRAM>_torch.csv; the picture is <out>/<RUN>_vs_torch.png.
 # The twin's interpreter: Debian's by default, which is where python3-torch is installed (a
 # python3 earlier on the PATH, pyenv's say, may have no torch); MGPU_PYTHON names another, such
 # as a virtual environment's with PyTorch for CUDA on a GPU machine.
@@ -105,9 +105,12 @@ twin_compare() {
   local out cpp_csv py_csv png
   out=$(twin_flag out results)
   cpp_csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$logs/cpp.txt" | tail -n 1)
-  cpp_csv=${cpp_csv:-$out/$program.csv}
+  if [[ -z $cpp_csv ]]; then
+    echo "error: the output of $cpp_bin names no CSV ('wrote ....csv')" >&2
+    exit 1
+  fi
   py_csv=$out/${program}_torch.csv
-  png=$out/${program}_vs_torch.png
+  png=${cpp_csv%.csv}_vs_torch.png
   if ! command -v gnuplot >/dev/null; then
     echo "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers" >&2
     return

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run chapter 01's C++ LeNet and its PyTorch twin on the same settings and
 # print their accuracy and time per epoch side by side, with a plot of both
-# (results/01_lenet_vs_torch.png; tools/twin_compare.sh does the work).
+# (results/01_lenet_vs_torch.png for d2l's settings, <C++ run>_vs_torch.png for
+# others; tools/twin_compare.sh does the work).
 #
 # Usage (from the repository root):
 #   chapters/01_lenet/compare.sh [BUILD_DIR] [-- extra flags for both programs]

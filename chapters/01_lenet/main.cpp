@@ -46,7 +46,13 @@ int main(int argc, char** argv) {
                   mgpu::largest_batch(o.batch_size, data.train.count), mgpu::kBackendName, mgpu::format_profile(p.kernels).c_str(),
                   p.wall_seconds * 1e6);
     }
-    mgpu::TrainingLog log(chapter.name, chapter.name, o, devices.size(), data.train.count);
+    // The run's files are named after the settings that differ from the defaults: 01_lenet for
+    // d2l's recipe, 01_lenet_epochs-5_batch-size-64_limit-train-10000 for the quick look.
+    mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
+    settings.push_back({"profile", profile ? "on" : "off", "off"});
+    settings.push_back({"graph", graph ? "on" : "off", "on"});
+    mgpu::TrainingLog log(chapter.name, mgpu::run_name(chapter.name, o.run_name, settings), o, settings,
+                          devices.size(), data.train.count);
     std::printf("training step: %s\n",
                 !graph               ? "queued kernel by kernel (--graph off)"
                 : mgpu::kCudaBackend ? "recorded once as a CUDA graph, replayed for every full batch (--graph on)"

@@ -17,11 +17,15 @@ args=(--out "$runs/out")
 [ "$quick" = 1 ] && args+=(--epochs 1 --limit-train 2048)
 (cd "$root" && chapters/01_lenet/compare.sh "$build" -- "${args[@]}") | tee "$runs/compare.log"
 backend=$(backend_of "$runs/compare.log")
+# The C++ run's files are named after its settings (01_lenet for d2l's; --quick's differ): its
+# "wrote ....csv" line says which.
+run=$(sed -n 's/^wrote \(.*\)\.csv$/\1/p' "$runs/compare.log" | grep -v '_torch$' | head -n 1)
+[ -n "$run" ] || { echo "error: 01_lenet wrote no CSV (see above)" >&2; exit 1; }
 cp "$runs/compare.log" "$out/01_lenet_vs_torch_$backend.log"
-cp "$runs/out/01_lenet.csv" "$out/01_lenet_$backend.csv"
+cp "$run.csv" "$out/01_lenet_$backend.csv"
+cp "$run.json" "$out/01_lenet_$backend.json"
 cp "$runs/out/01_lenet_torch.csv" "$out/01_lenet_torch_$backend.csv"
 # Each plot with its stamp (tools/check_readme_links.sh asks for one beside every plot a README shows).
-for plot in 01_lenet 01_lenet_vs_torch; do
-  copy_plot "$runs/out/$plot.png" "$out/${plot}_$backend.png"
-done
-echo "wrote $out/01_lenet_vs_torch_$backend.log, 01_lenet_$backend.csv and 01_lenet_torch_$backend.csv"
+copy_plot "$run.png" "$out/01_lenet_$backend.png"
+copy_plot "${run}_vs_torch.png" "$out/01_lenet_vs_torch_$backend.png"
+echo "wrote $out/01_lenet_vs_torch_$backend.log, 01_lenet_$backend.csv (.json) and 01_lenet_torch_$backend.csv"

@@ -55,18 +55,29 @@ int main(int argc, char** argv) {
     // its own devices only). A bad --out is refused by the first TrainingLog, also before any step.
     mgpu::check_batches_fit(data.train.count, o.batch_size, o.devices);
 
-    std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
     // The 1-device run is the baseline the k-device run is compared with (same start, same
-    // batches); --baseline off skips it.
+    // batches); --baseline off skips it. Each run's files are the program's name (from the
+    // settings that differ from the defaults) and its device count: 02_data_parallel_k1 and
+    // _k2 for the defaults, 02_data_parallel_devices-4_k1 and _k4 for --devices 4. Both runs
+    // claim their files now, so that a name taken by another run stops the program before any
+    // training.
+    mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
+    settings.push_back({"trainer", dataparallel ? "dataparallel" : "ddp", "ddp"});
+    settings.push_back({"baseline", baseline ? "on" : "off", "on"});
+    const std::string name = mgpu::run_name(chapter.name, o.run_name, settings);
     const std::set<int> device_counts = baseline ? std::set<int>{1, o.devices} : std::set<int>{o.devices};
-    for (int k : device_counts) {
+    std::vector<mgpu::TrainingLog> logs;
+    for (int k : device_counts)
+      logs.emplace_back(chapter.name, name + "_k" + std::to_string(k), o, settings, k, data.train.count);
+
+    std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
+    for (mgpu::TrainingLog& log : logs) {
+      const int k = log.devices();
       std::printf("\n== training on %d device(s), batch %d (%s per device), %sevaluating on %s\n", k, o.batch_size,
                   k == 1 ? "all of it" : "a shard", dataparallel ? "DataParallel's step, " : "",
                   o.eval_all_devices && !dataparallel ? "all devices" : "device 0");
       const mgpu::DeviceSet devices(k);
       if (k > 1) mgpu::enable_peer_access(devices);
-      const std::string run = chapter.name + (dataparallel ? "_dataparallel" : "") + "_k" + std::to_string(k);
-      mgpu::TrainingLog log(chapter.name, run, o, k, data.train.count);
       if (dataparallel) {
         const dp::DataParallelRun r = dp::train_dataparallel(devices, data, o, log);
         std::printf("bytes moved between devices per step: %zu (a whole batch of %d), %.0f on average over the run\n",
@@ -109,10 +120,9 @@ int main(int argc, char** argv) {
       log.finish();
       runs.emplace_back(std::to_string(k) + " device" + (k > 1 ? "s" : ""), log.csv_path());
     }
-    const std::string plot = chapter.name + (dataparallel ? "_dataparallel" : "");
-    const std::string png = (std::filesystem::path(o.out) / (plot + ".png")).string();
+    const std::string png = (std::filesystem::path(o.out) / (name + ".png")).string();
     const std::string compared = baseline ? "1 device vs " + std::to_string(o.devices) : std::to_string(o.devices) + " devices";
-    if (mgpu::plot_runs(png, plot + ": " + compared + " (" + mgpu::kBackendName + ")", runs))
+    if (mgpu::plot_runs(png, name + ": " + compared + " (" + mgpu::kBackendName + ")", runs))
       std::printf("wrote %s\n", png.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "02_data_parallel: error: %s\n", e.what());

@@ -61,7 +61,8 @@ run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log a
 curves() {
   local args=()
   [ "$quick" = 1 ] && args=(--epochs 2 --limit-train 5120)
-  run curves ${args[@]+"${args[@]}"}
+  # Named here, so that --quick's files have the default run's names (02_data_parallel_k1, ...).
+  run curves --run-name 02_data_parallel ${args[@]+"${args[@]}"}
   local backend; backend=$(backend_of "$runs/curves.log")
   cp "$runs/curves.log" "$out/02_data_parallel_$backend.log"
   for k in 1 2; do cp "$runs/out/02_data_parallel_k$k.csv" "$out/02_data_parallel_k${k}_$backend.csv"; done

@@ -9,19 +9,26 @@
 namespace ring {
 
 void train_each(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                const std::string& chapter, const std::vector<const GradientSum*>& ways) {
+                const mgpu::ChapterInfo& chapter, const std::vector<const GradientSum*>& ways) {
   const int k = devices.size();
+  // Every way's files claimed before the first trains: a name another run holds stops the
+  // program now, not after an hour.
+  const mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
+  const std::string name = mgpu::run_name(chapter.name, o.run_name, settings);
+  std::vector<mgpu::TrainingLog> logs;
+  for (const GradientSum* way : ways)
+    logs.emplace_back(chapter.name, name + "_" + way->run, o, settings, k, data.train.count);
   std::vector<std::pair<std::string, std::string>> runs;  // (label, csv) for the plot
-  std::string title = chapter + ": " + std::to_string(k) + " device(s) (" + mgpu::kBackendName + "),";
-  for (const GradientSum* way : ways) {
-    std::printf("\n== training on %d device(s) with %s\n", k, way->label.c_str());
-    mgpu::TrainingLog log(chapter, chapter + "_" + way->run + "_k" + std::to_string(k), o, k, data.train.count);
-    dp::train(devices, data, o, *way->collective, log, way->layout);
-    log.finish();
-    runs.emplace_back(way->label, log.csv_path());
-    title += (runs.size() > 1 ? " vs " : " ") + way->run;
+  std::string title = name + ": " + std::to_string(k) + " device(s) (" + mgpu::kBackendName + "),";
+  for (std::size_t i = 0; i < ways.size(); ++i) {
+    const GradientSum& way = *ways[i];
+    std::printf("\n== training on %d device(s) with %s\n", k, way.label.c_str());
+    dp::train(devices, data, o, *way.collective, logs[i], way.layout);
+    logs[i].finish();
+    runs.emplace_back(way.label, logs[i].csv_path());
+    title += (runs.size() > 1 ? " vs " : " ") + way.run;
   }
-  const std::string png = (std::filesystem::path(o.out) / (chapter + ".png")).string();
+  const std::string png = (std::filesystem::path(o.out) / (name + ".png")).string();
   if (mgpu::plot_runs(png, title, runs)) std::printf("wrote %s\n", png.c_str());
 }
 

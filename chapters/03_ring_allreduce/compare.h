@@ -19,10 +19,12 @@ struct GradientSum {
   std::unique_ptr<mgpu::Collective> collective;
 };
 
-// Trains with each way from the same start and the same batches (dp::train), writing
-// <out>/<chapter>_<run>_k<K>.csv, and plots all of their curves in <out>/<chapter>.png.
+// Trains with each way from the same start and the same batches (dp::train), writing each
+// way's files as <out>/<name>_<run>.csv (.json, .png), and plots all of their curves in
+// <out>/<name>.png; <name> is the program's run name (mgpu::run_name: 03_ring_allreduce for
+// the defaults, 03_ring_allreduce_devices-4 for --devices 4).
 void train_each(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-                const std::string& chapter, const std::vector<const GradientSum*>& ways);
+                const mgpu::ChapterInfo& chapter, const std::vector<const GradientSum*>& ways);
 
 // Prints one step's compute and allreduce time for each (dp::profile_steps, 20 steps).
 void print_step_times(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                     std::make_unique<ring::RingAllreduce>(devices, bucket)});
 
     // Train with the first and the last: the curves should match (same start, same batches).
-    ring::train_each(devices, data, o, chapter.name, {&ways.front(), &ways.back()});
+    ring::train_each(devices, data, o, chapter, {&ways.front(), &ways.back()});
     ring::print_step_times(devices, data, o, ways);
     print_ring_timeline(devices);
   } catch (const std::exception& e) {

@@ -25,13 +25,15 @@ training() {
   [ "$quick" = 1 ] && args=(--epochs 1 --limit-train 2048)
   echo "== 03_ring_allreduce ${args[*]}"
   local log=$runs/training.log
-  "$build/bin/03_ring_allreduce" --progress off --out "$runs/out" ${args[@]+"${args[@]}"} >"$log" 2>&1 ||
+  # Named here, so that --quick's files have the default run's names (03_ring_allreduce_naive, ...).
+  "$build/bin/03_ring_allreduce" --progress off --out "$runs/out" --run-name 03_ring_allreduce ${args[@]+"${args[@]}"} \
+    >"$log" 2>&1 ||
     { cat "$log"; exit 1; }
   grep '^result:' "$log"
   local backend; backend=$(backend_of "$log")
   cp "$log" "$out/03_ring_allreduce_$backend.log"
   for algorithm in naive ring; do
-    cp "$runs/out/03_ring_allreduce_${algorithm}_k2.csv" "$out/03_ring_allreduce_${algorithm}_k2_$backend.csv"
+    cp "$runs/out/03_ring_allreduce_${algorithm}.csv" "$out/03_ring_allreduce_${algorithm}_k2_$backend.csv"
   done
   copy_plot "$runs/out/03_ring_allreduce.png" "$out/03_ring_allreduce_$backend.png"
   echo "wrote $out/03_ring_allreduce_$backend.log and its two CSVs"

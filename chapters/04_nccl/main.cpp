@@ -42,7 +42,7 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
                   std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum)});
   ways.push_back({"ncclAvg, SGD divides by batch/k", "nccl_avg", flat,
                   std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Average)});
-  ring::train_each(devices, data, o, chapter.name, {&ways[0], &ways[1], &ways[2]});
+  ring::train_each(devices, data, o, chapter, {&ways[0], &ways[1], &ways[2]});
   ring::print_step_times(devices, data, o, ways);
   return 0;
 }

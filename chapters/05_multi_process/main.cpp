@@ -77,9 +77,25 @@ std::optional<int> stop_for_command_line(const mp::World& w, const mp::CommandLi
   return 2;
 }
 
-std::string run_name(const mp::World& w, const mp::Config& c) {
-  return mp::kChapter.name + "_k" + std::to_string(w.size) + "_" + mp::collective_name(c.collective) +
-         (c.overlap ? "" : "_no_overlap");
+// The run's settings, for its name and its JSON: the shared flags (--devices is the number of
+// ranks) and this chapter's own. The collective is the one chosen, which may differ from the
+// one asked for (nccl falls back to mpi where ranks share a GPU). The checkpoint's files name
+// no setting: a resumed run continues the run, and is named as it is.
+mgpu::RunSettings run_settings(const mp::Config& c) {
+  mgpu::RunSettings s = mgpu::shared_settings(c.o, mp::kChapter);
+  const mp::FaultInjection& f = c.fault;
+  const bool fault = f.rank >= 0;
+  s.insert(s.end(), {
+      {"collective", mp::collective_name(c.collective), mp::collective_name(mp::default_collective())},
+      {"overlap", c.overlap ? "on" : "off", "on"},
+      {"checkpoint", c.checkpoint, "", false},
+      {"resume", c.resume, "", false},
+      {"profile-steps", std::to_string(c.profile_steps), std::to_string(mp::Config{}.profile_steps)},
+      {"fail-rank", fault ? std::to_string(f.rank) : "none", "none"},
+      {"fail-at-step", !fault ? "none" : f.at_end ? "end" : std::to_string(f.step), "none"},
+      {"fail-how", !fault ? "none" : f.how == mp::FailHow::Kill ? "kill" : "error", "none"},
+  });
+  return s;
 }
 
 void print_profile(const std::array<mp::StepProfile, 2>& p, int steps, int ranks) {
@@ -94,9 +110,10 @@ void print_profile(const std::array<mp::StepProfile, 2>& p, int steps, int ranks
               off.step > 0 ? 100 * (off.step - on.step) / off.step : 0.0);
 }
 
-// The traced steps of every rank, as one CSV on rank 0: <out>/<run name>_timeline.csv, one row
-// per span (rank, overlap off/on, lane, what, begin and end in ms from the step's start).
-void write_timeline(const mp::World& w, const mp::Config& c, const std::array<mp::StepTrace, 2>& traces) {
+// The traced steps of every rank, as one CSV on rank 0: <out>/<run>_timeline.csv, one row per
+// span (rank, overlap off/on, lane, what, begin and end in ms from the step's start).
+void write_timeline(const mp::World& w, const mp::Config& c, const std::string& run,
+                    const std::array<mp::StepTrace, 2>& traces) {
   std::string rows;
   for (int m = 0; m < 2; ++m)
     for (const mp::TraceSpan& t : traces[m]) {
@@ -107,7 +124,7 @@ void write_timeline(const mp::World& w, const mp::Config& c, const std::array<mp
     }
   const std::string all = mp::gather_text(w, rows);
   if (w.rank != 0) return;
-  const std::string path = (std::filesystem::path(c.o.out) / (run_name(w, c) + "_timeline.csv")).string();
+  const std::string path = (std::filesystem::path(c.o.out) / (run + "_timeline.csv")).string();
   mgpu::write_whole_file(path, "rank,overlap,lane,what,begin_ms,end_ms\n" + all);
   std::printf("wrote %s (one traced step with overlap off and one with it on, every rank)\n", path.c_str());
 }
@@ -142,14 +159,16 @@ void run(const mp::World& w, mp::Config c) {
 
   const std::unique_ptr<mgpu::Collective> allreduce =
       mp::make_allreduce(c.collective, w, d, rank_device.ranks_per_gpu());
+  const mgpu::RunSettings settings = run_settings(c);
+  const std::string run = mgpu::run_name(mp::kChapter.name, c.o.run_name, settings);  // 05_multi_process_devices-2
   std::optional<mgpu::TrainingLog> log;
-  if (w.rank == 0) log.emplace(mp::kChapter.name, run_name(w, c), c.o, w.size, data.train.count);
+  if (w.rank == 0) log.emplace(mp::kChapter.name, run, c.o, settings, w.size, data.train.count);
   mp::train(w, d, data, c, *allreduce, log ? &*log : nullptr);
 
   if (c.profile_steps > 0) {
     const mp::Profile profile = mp::profile_steps(w, d, data, c, *allreduce, c.profile_steps);
     if (w.rank == 0) print_profile(profile.phases, c.profile_steps, w.size);
-    write_timeline(w, c, profile.traces);
+    write_timeline(w, c, run, profile.traces);
   }
   // The end is a step all ranks take together: rank 0 writes the results while the others wait,
   // and all of them learn whether it worked before any of them leaves.

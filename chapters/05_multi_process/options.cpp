@@ -116,6 +116,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, int world_s
 //                folders. What the ranks read is compared instead (data_to_agree_on).
 //   --out        only rank 0 writes the CSV, the plot and the timeline.
 //   --progress, --print-every   only rank 0 shows the progress.
+//   --run-name   only rank 0 writes the files it names.
 //   --devices    once parsed, it is the number of processes, on every rank.
 // --checkpoint and --resume name files that rank 0 alone writes and reads, but they are
 // compared: they name the run's one file, and whether --checkpoint is given decides whether

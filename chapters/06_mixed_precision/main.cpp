@@ -43,12 +43,30 @@ int main(int argc, char** argv) {
                 "%.1f bytes per training example\n",
                 mixed::bucket_bytes(mo), wire, wire / step_examples);
 
-    // The run's files are named after what changes: 06_mixed_precision_bf16_g16_b256_m1_k2.csv
-    const std::string run = chapter.name + "_" + mixed::name_of(mo.precision) + (mo.loss_scaling ? "_scaled" : "") +
-                            (mo.mean_loss ? "_mean" : "") + "_g" + std::to_string(mo.grad_bits) + "_b" +
-                            std::to_string(o.batch_size) + "_m" + std::to_string(mo.accumulate) + "_k" +
-                            std::to_string(o.devices);
-    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    // The run's files are named after the settings that differ from the defaults:
+    // 06_mixed_precision for fp32, 06_mixed_precision_precision-bf16_accumulate-4 for
+    // --precision bf16 --accumulate 4. Loss scaling and the gradients' bits are compared with
+    // what the precision chooses by itself (resolve_defaults): --precision fp16 alone scales.
+    const mixed::MixedOptions d;
+    const bool sixteen = mo.precision == mixed::Precision::BF16 || mo.precision == mixed::Precision::FP16;
+    auto real = [](float x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", x);
+      return std::string(buf);
+    };
+    mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
+    settings.insert(settings.end(), {
+        {"precision", mixed::name_of(mo.precision), mixed::name_of(d.precision)},
+        {"loss-scale", mo.loss_scaling ? "dynamic" : "none", mo.precision == mixed::Precision::FP16 ? "dynamic" : "none"},
+        {"initial-scale", real(mo.scaler.initial_scale), real(d.scaler.initial_scale)},
+        {"scale-growth-interval", std::to_string(mo.scaler.growth_interval), std::to_string(d.scaler.growth_interval)},
+        {"grad-bits", std::to_string(mo.grad_bits), sixteen ? "16" : "32"},
+        {"accumulate", std::to_string(mo.accumulate), std::to_string(d.accumulate)},
+        {"allreduce", mo.nccl ? "nccl" : "ring", "ring"},
+        {"loss", mo.mean_loss ? "mean" : "sum", "sum"},
+    });
+    const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
+    mgpu::TrainingLog log(chapter.name, run, o, settings, o.devices, data.train.count);
     const std::vector<mixed::ScalerEpoch> scaler = mixed::train(devices, data, o, mo, log);
     log.finish();
     long skipped = 0;

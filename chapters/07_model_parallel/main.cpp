@@ -167,9 +167,25 @@ int main(int argc, char** argv) {
                   pipeline.activation_bytes(s) / 1e6);
     pipeline.set_training_data(data.train);
 
-    std::string run = chapter.name + "_k" + std::to_string(k) + "_" + pp::name_of(c.schedule) + "_m" +
-                      std::to_string(c.micro_batches) + (R > 1 ? "_r" + std::to_string(R) : "");
-    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    // The run's files are named after the settings that differ from the defaults: 07_model_parallel
+    // for GPipe's 2 stages of 4 micro-batches, 07_model_parallel_devices-4_data-parallel-2 for
+    // the hybrid. The defaults of --split and --micro-batches are those of the run's shape: the
+    // stages' default cuts, and 1 micro-batch for the naive schedule.
+    auto joined = [](const std::vector<int>& cuts) {
+      std::string text;
+      for (const int cut : cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
+      return text;
+    };
+    mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
+    settings.insert(settings.end(),
+                    {{"split", joined(c.cuts), joined(pp::default_cuts(k))},
+                     {"schedule", pp::name_of(c.schedule), pp::name_of(ChapterOptions{}.schedule)},
+                     {"micro-batches", std::to_string(c.micro_batches),
+                      c.schedule == pp::Schedule::Naive ? "1" : std::to_string(ChapterOptions{}.micro_batches)},
+                     {"data-parallel", std::to_string(R), std::to_string(ChapterOptions{}.replicas)},
+                     {"profile-steps", std::to_string(c.profile_steps), std::to_string(ChapterOptions{}.profile_steps)}});
+    const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
+    mgpu::TrainingLog log(chapter.name, run, o, settings, o.devices, data.train.count);
     pp::train(pipeline, data, o, log);
 
     if (c.profile_steps > 0) {

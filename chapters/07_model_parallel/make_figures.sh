@@ -60,7 +60,8 @@ training() {
 full() {
   local full=(--profile-steps 0)
   [ "$quick" = 1 ] && full=(--epochs 1 --limit-train 1024 --profile-steps 0)
-  run full_gpipe_k2 "${full[@]}" --schedule gpipe --micro-batches 4
+  # Named here, so that --quick's files have the full run's names.
+  run full_gpipe_k2 "${full[@]}" --schedule gpipe --micro-batches 4 --run-name 07_model_parallel_k2_gpipe_m4
   local backend; backend=$(backend_of "$runs/full_gpipe_k2.log")
   local name=$out/07_model_parallel_k2_gpipe_m4_$backend
   cp "$runs/full_gpipe_k2.log" "$name.log"
@@ -129,9 +130,9 @@ PLOT
 timeline() {
   local common=(--epochs 1 --limit-train 1024 --profile-steps 10)
   [ "$quick" = 1 ] && common=(--epochs 1 --limit-train 256 --profile-steps 2)
-  run timeline_naive "${common[@]}" --schedule naive
-  run timeline_gpipe "${common[@]}" --schedule gpipe --micro-batches 4
-  run timeline_1f1b "${common[@]}" --schedule 1f1b --micro-batches 4
+  run timeline_naive "${common[@]}" --schedule naive --run-name 07_model_parallel_k2_naive_m1
+  run timeline_gpipe "${common[@]}" --schedule gpipe --micro-batches 4 --run-name 07_model_parallel_k2_gpipe_m4
+  run timeline_1f1b "${common[@]}" --schedule 1f1b --micro-batches 4 --run-name 07_model_parallel_k2_1f1b_m4
   local backend; backend=$(backend_of "$runs/timeline_naive.log")
   for run in naive_m1 gpipe_m4 1f1b_m4; do
     local from=$runs/out/07_model_parallel_k2_${run}_timeline name=$out/07_timeline_${run}_$backend

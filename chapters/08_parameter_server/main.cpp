@@ -79,13 +79,17 @@ std::string check_flags(const Flags& f, const mgpu::Options& o) {
   return "";
 }
 
-std::string run_name(const Flags& f, const mgpu::Options& o) {
-  std::string name = "08_parameter_server_" + ps::mode_name(f.settings.mode);
-  if (f.settings.mode == ps::Mode::Ssp) name += std::to_string(f.settings.staleness);
-  name += "_k" + std::to_string(o.devices);
-  if (f.servers > 1) name += "_s" + std::to_string(f.servers);
-  if (!f.straggler_text.empty()) name += "_straggler" + f.straggler_text;
-  return name;
+// The run's settings, for its name and its JSON: the shared flags and this chapter's own.
+// 08_parameter_server for BSP on 2 workers, 08_parameter_server_devices-4_mode-ssp_straggler-0x3
+// for --devices 4 --mode ssp --straggler 0:3.
+mgpu::RunSettings run_settings(const Flags& f, const mgpu::Options& o, const mgpu::ChapterInfo& chapter) {
+  const Flags d;
+  mgpu::RunSettings s = mgpu::shared_settings(o, chapter);
+  s.insert(s.end(), {{"mode", ps::mode_name(f.settings.mode), ps::mode_name(d.settings.mode)},
+                     {"staleness", std::to_string(f.settings.staleness), std::to_string(d.settings.staleness)},
+                     {"servers", std::to_string(f.servers), std::to_string(d.servers)},
+                     {"straggler", f.straggler_text.empty() ? "none" : f.straggler_text, "none"}});
+  return s;
 }
 
 std::filesystem::path out_file(const mgpu::Options& o, const std::string& name) {
@@ -197,13 +201,14 @@ int main(int argc, char** argv) {
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
-    const std::string run = run_name(f, o);
+    const mgpu::RunSettings settings = run_settings(f, o, chapter);
+    const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
     std::printf("== mode %s%s, %d workers, %d server shard(s)%s\n", ps::mode_name(f.settings.mode).c_str(),
                 f.settings.mode == ps::Mode::Ssp ? (" (bound " + std::to_string(f.settings.staleness) + ")").c_str()
                                                  : "",
                 o.devices, f.servers,
                 f.straggler_text.empty() ? "" : (", straggler " + f.straggler_text).c_str());
-    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    mgpu::TrainingLog log(chapter.name, run, o, settings, o.devices, data.train.count);
     const ps::RunResult r = ps::train(devices, placement, data, o, f.settings, log);
     write_push_files(run, o, r);
     print_bandwidth(f, o, r);

@@ -39,12 +39,19 @@ program=$build/bin/08_parameter_server
 [ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 mkdir -p "$out"
 
-# run NAME ARGS...: one run, its log in figures/NAME.log, its CSVs in figures/. A run that diverges
-# (the program stops with "training diverged") is kept as such: that is a result too.
+# run NAME RUN [--in DIR] ARGS...: one run, its log in figures/NAME.log, its files named RUN
+# (--run-name: the names the plots below read) in figures/, or figures/DIR. That folder is this
+# script's: the files an earlier run of it left under RUN go first (the program itself never
+# replaces files it cannot prove to be of the same settings). A run that diverges (the program
+# stops with "training diverged") is kept as such: that is a result too.
 run() {
-  local name=$1; shift
+  local name=$1 run=$2 dir=$out
+  shift 2
+  if [ "${1:-}" = --in ]; then dir=$out/$2; shift 2; fi
+  mkdir -p "$dir"
+  rm -f -- "$dir/$run".{csv,json,png,gp} "$dir/${run}"_{pushes,workers,staleness}.*
   echo "== 08_parameter_server ${recipe[*]} $*"
-  if ! "$program" --progress off --out "$out" "${recipe[@]}" "$@" >"$out/$name.log" 2>&1; then
+  if ! "$program" --progress off --out "$dir" --run-name "$run" "${recipe[@]}" "$@" >"$out/$name.log" 2>&1; then
     grep -q "training diverged" "$out/$name.log" || { cat "$out/$name.log"; exit 1; }
     echo "   diverged (see $name.log)"
   fi
@@ -64,9 +71,9 @@ wall='(w = (column(1) == 1 ? 0 : w) + column(5), w)'
 
 modes() {
   for k in 2 4; do
-    run bsp_k$k --devices $k --mode bsp
-    run asp_k$k --devices $k --mode asp
-    run ssp2_k$k --devices $k --mode ssp --staleness 2
+    run bsp_k$k 08_parameter_server_bsp_k$k --devices $k --mode bsp
+    run asp_k$k 08_parameter_server_asp_k$k --devices $k --mode asp
+    run ssp2_k$k 08_parameter_server_ssp2_k$k --devices $k --mode ssp --staleness 2
   done
   plot modes <<PLOT
 set terminal pngcairo size 1100,800 font 'sans,10' noenhanced
@@ -107,9 +114,9 @@ PLOT
 }
 
 straggler() {
-  run bsp_k4_straggler --devices 4 --mode bsp --straggler 0:3
-  run asp_k4_straggler --devices 4 --mode asp --straggler 0:3
-  run ssp2_k4_straggler --devices 4 --mode ssp --staleness 2 --straggler 0:3
+  run bsp_k4_straggler 08_parameter_server_bsp_k4_straggler0x3 --devices 4 --mode bsp --straggler 0:3
+  run asp_k4_straggler 08_parameter_server_asp_k4_straggler0x3 --devices 4 --mode asp --straggler 0:3
+  run ssp2_k4_straggler 08_parameter_server_ssp2_k4_straggler0x3 --devices 4 --mode ssp --staleness 2 --straggler 0:3
   plot straggler <<PLOT
 set terminal pngcairo size 1100,400 font 'sans,10' noenhanced
 set output 'straggler.png'
@@ -135,9 +142,9 @@ lr() {
   # twin: 1 worker, batches of 16 at L / 4, the same updates with no staleness at all.
   for rate in 0.2 0.5 0.8 1.2; do
     local twin; twin=$(awk "BEGIN { print $rate / 4 }")
-    run lr${rate}_bsp_k4 --devices 4 --mode bsp --lr $rate --out "$out/lr$rate"
-    run lr${rate}_asp_k4 --devices 4 --mode asp --lr $rate --out "$out/lr$rate"
-    run lr${rate}_fresh_k1 --devices 1 --mode bsp --batch-size 16 --lr "$twin" --out "$out/lr$rate"
+    run lr${rate}_bsp_k4 08_parameter_server_bsp_k4 --in "lr$rate" --devices 4 --mode bsp --lr $rate
+    run lr${rate}_asp_k4 08_parameter_server_asp_k4 --in "lr$rate" --devices 4 --mode asp --lr $rate
+    run lr${rate}_fresh_k1 08_parameter_server_bsp_k1 --in "lr$rate" --devices 1 --mode bsp --batch-size 16 --lr "$twin"
   done
   plot lr <<'PLOT'
 set terminal pngcairo size 1200,400 font 'sans,10' noenhanced

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run chapter 09's C++ ResNet-18 and its PyTorch twin (d2l 13.6 with nn.DataParallel) on the
 # same settings and print their accuracy and time per epoch side by side, with a plot of both
-# (results/09_resnet_vs_torch.png; tools/twin_compare.sh does the work).
+# (results/<C++ run>_vs_torch.png: 09_resnet_vs_torch.png for d2l's settings;
+# tools/twin_compare.sh does the work).
 #
 # Usage (from the repository root):
 #   chapters/09_resnet/compare.sh [BUILD_DIR] [-- extra flags for both programs]

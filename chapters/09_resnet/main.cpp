@@ -56,12 +56,21 @@ int main(int argc, char** argv) {
       resnet::dump_step(devices, data, o, ro);
       return 0;
     }
-    // The files are named after what changes: 09_resnet_w16_k2_syncbn.csv, 09_resnet_w64_k1_bf16.csv
-    // (the precision only where the GEMMs used it: on a GPU).
-    const std::string run = chapter.name + "_w" + std::to_string(ro.width) + "_k" + std::to_string(o.devices) +
-                             (ro.bn == resnet::BatchNormMode::Sync ? "_syncbn" : "") +
-                             (precision == mgpu::GemmPrecision::Fp32 ? "" : std::string("_") + mgpu::to_string(precision));
-    mgpu::TrainingLog log(chapter.name, run, o, o.devices, data.train.count);
+    // The run's files are named after the settings that differ from the defaults: 09_resnet for
+    // d2l's recipe, 09_resnet_devices-2_width-16_bn-sync for SyncBN on a sixteenth of the width.
+    // The precision is the one the GEMMs used (on a CPU, fp32 whatever was asked), and the
+    // collective's default the one this machine picks (resolve_collective).
+    resnet::ResnetOptions d;
+    resnet::resolve_collective(d, o.devices);
+    mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
+    settings.insert(settings.end(),
+                    {{"width", std::to_string(ro.width), std::to_string(d.width)},
+                     {"bn", ro.bn == resnet::BatchNormMode::Sync ? "sync" : "device", "device"},
+                     {"allreduce", resnet::name_of(ro.collective), resnet::name_of(d.collective)},
+                     {"precision", mgpu::to_string(precision), mgpu::to_string(d.precision)},
+                     {"profile", ro.profile ? "on" : "off", "off"}});
+    const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
+    mgpu::TrainingLog log(chapter.name, run, o, settings, o.devices, data.train.count);
     resnet::train(devices, data, o, ro, log);
     log.finish();
   } catch (const std::exception& e) {

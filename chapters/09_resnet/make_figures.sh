@@ -137,7 +137,9 @@ twin() {
     --batch-size 256 --lr 0.1 "${common[@]}" ${epochs[@]+"${epochs[@]}"}) | tee "$runs/twin.log"
   cp "$runs/twin.log" "$out/09_resnet_vs_torch_$backend.log"
   cp "$runs/twin/09_resnet_torch.csv" "$out/09_resnet_torch_$backend.csv"
-  copy_plot "$runs/twin/09_resnet_vs_torch.png" "$out/09_resnet_vs_torch_$backend.png"
+  # The picture is named after the C++ run, whose name says its settings: twin_compare says which.
+  local picture; picture=$(sed -n 's/^wrote \(.*_vs_torch\.png\)$/\1/p' "$runs/twin.log" | tail -n 1)
+  copy_plot "${picture:-$runs/twin/09_resnet_vs_torch.png}" "$out/09_resnet_vs_torch_$backend.png"
   echo "wrote $out/09_resnet_vs_torch_$backend.log and 09_resnet_torch_$backend.csv"
 }
 
