@@ -130,12 +130,13 @@ PLOT
 timeline() {
   local common=(--epochs 1 --limit-train 1024 --profile-steps 10)
   [ "$quick" = 1 ] && common=(--epochs 1 --limit-train 256 --profile-steps 2)
-  run timeline_naive "${common[@]}" --schedule naive --run-name 07_model_parallel_k2_naive_m1
-  run timeline_gpipe "${common[@]}" --schedule gpipe --micro-batches 4 --run-name 07_model_parallel_k2_gpipe_m4
-  run timeline_1f1b "${common[@]}" --schedule 1f1b --micro-batches 4 --run-name 07_model_parallel_k2_1f1b_m4
+  # Named here (the full run above has other settings, and its own name): <name>_timeline.csv, .png
+  run timeline_naive "${common[@]}" --schedule naive --run-name 07_profiled_naive_m1
+  run timeline_gpipe "${common[@]}" --schedule gpipe --micro-batches 4 --run-name 07_profiled_gpipe_m4
+  run timeline_1f1b "${common[@]}" --schedule 1f1b --micro-batches 4 --run-name 07_profiled_1f1b_m4
   local backend; backend=$(backend_of "$runs/timeline_naive.log")
   for run in naive_m1 gpipe_m4 1f1b_m4; do
-    local from=$runs/out/07_model_parallel_k2_${run}_timeline name=$out/07_timeline_${run}_$backend
+    local from=$runs/out/07_profiled_${run}_timeline name=$out/07_timeline_${run}_$backend
     cp "$from.csv" "$name.csv"
     echo "wrote $name.csv"
     copy_plot "$from.png" "$name.png"
