@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -9,12 +11,15 @@
 
 namespace mgpu {
 
-// ---- The flag parser -----------------------------------------------------------------------
+// ---- Checks of a value as typed --------------------------------------------------------------
 
 namespace {
 
-// "--epochs" is an option; "-3" is a value (a negative number), and so is any other word.
-bool is_option(const std::string& word) { return word.rfind("--", 0) == 0; }
+// What strtoll and strtod accept but a number typed on a command line should not start with:
+// white space (they skip it) and '+'.
+bool starts_as_a_number(const std::string& s) {
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '.');
+}
 
 // 1000000 rather than 1e+06, and 3.40282e+38 rather than 39 digits.
 std::string number_text(double x) {
@@ -24,65 +29,19 @@ std::string number_text(double x) {
   return buf;
 }
 
+std::string at_least(double lo) { return lo == 0 ? "zero or more" : "at least " + number_text(lo); }
+
 // Why `x`, written `value`, changes when stored as a Real ("" if it does not): too large, it
 // becomes inf; too small, 0 or a denormal (fewer significant digits than written).
 template <class Real>
-std::string check_fits(const std::string& flag, const std::string& value, double x) {
+std::string check_fits(const std::string& value, double x) {
   const Real r = static_cast<Real>(x);
   const char* type = sizeof(Real) == sizeof(float) ? "a float" : "a double";
   if (!std::isfinite(r))
-    return flag + " " + value + " is too large for " + type + " (at most " +
-           number_text(std::numeric_limits<Real>::max()) + ")";
+    return value + " is too large for " + type + " (at most " + number_text(std::numeric_limits<Real>::max()) + ")";
   if (x != 0 && !std::isnormal(r))
-    return flag + " " + value + " is too small for " + type + " (at least " +
-           number_text(std::numeric_limits<Real>::min()) + ")";
+    return value + " is too small for " + type + " (at least " + number_text(std::numeric_limits<Real>::min()) + ")";
   return "";
-}
-
-}  // namespace
-
-FlagsResult parse_flags(const std::vector<std::string>& args, const FlagTable& flags) {
-  FlagsResult r;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& word = args[i];
-    if (word == "--help" || word == "-h") {
-      r.help = true;
-      return r;
-    }
-    // "--epochs=3" carries its value; "--epochs 3" takes the next word.
-    const std::size_t eq = word.find('=');
-    const bool inline_value = is_option(word) && eq != std::string::npos;
-    const std::string flag = inline_value ? word.substr(0, eq) : word;
-    const auto it = flags.find(flag);
-    if (it == flags.end()) {
-      r.error = (word.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + word + "'";
-      return r;
-    }
-    std::string value;
-    if (inline_value) {
-      value = word.substr(eq + 1);
-    } else if (i + 1 == args.size()) {
-      r.error = flag + " needs a value";
-      return r;
-    } else if (is_option(args[i + 1])) {
-      // "--out --epochs 3": the value was forgotten; taking "--epochs" as it would misreport the "3".
-      r.error = flag + " needs a value, got the option '" + args[i + 1] + "'";
-      return r;
-    } else {
-      value = args[++i];
-    }
-    r.error = it->second(flag, value);
-    if (!r.error.empty()) return r;
-  }
-  return r;
-}
-
-namespace {
-
-// What strtoll and strtod accept but a number typed on a command line should not start with:
-// white space (they skip it) and '+'.
-bool starts_as_a_number(const std::string& s) {
-  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '.');
 }
 
 }  // namespace
@@ -105,47 +64,61 @@ std::optional<double> to_real(const std::string& s) {
   return v;
 }
 
-std::string read_integer(const std::string& flag, const std::string& value, long long lo, long long hi,
-                         long long& n) {
-  const auto v = to_integer(value);
-  if (!v) return flag + " needs an integer, got '" + value + "'";
-  if (*v < lo)
-    return flag + " must be " + (lo == 0 ? "zero or more" : "at least " + std::to_string(lo)) + ", got " + value;
-  if (*v > hi) return flag + " must be at most " + std::to_string(hi) + ", got " + value;
-  n = *v;
-  return "";
+Check integer(long long lo, long long hi) {
+  return [lo, hi](const std::string& value) -> std::string {
+    const auto v = to_integer(value);
+    if (!v) return "needs an integer, got '" + value + "'";
+    if (*v < lo) return "must be " + at_least(static_cast<double>(lo)) + ", got " + value;
+    if (*v > hi) return "must be at most " + std::to_string(hi) + ", got " + value;
+    return "";
+  };
 }
 
-FlagSetter positive_real_flag(float& dst) {
-  return [&dst](const std::string& flag, const std::string& value) -> std::string {
+Check real(double lo, double hi) {
+  return [lo, hi](const std::string& value) -> std::string {
     const auto x = to_real(value);
-    if (!x) return flag + " needs a number, got '" + value + "'";
-    if (*x <= 0) return flag + " must be positive, got " + value;
-    if (std::string why = check_fits<float>(flag, value, *x); !why.empty()) return why;
-    dst = static_cast<float>(*x);
-    return "";
+    if (!x) return "needs a number, got '" + value + "'";
+    if (*x < lo) return "must be " + at_least(lo) + ", got " + value;
+    if (*x > hi) return "must be at most " + number_text(hi) + ", got " + value;
+    return check_fits<double>(value, *x);
   };
 }
 
-FlagSetter real_flag(double& dst, double lo, double hi) {
-  return [&dst, lo, hi](const std::string& flag, const std::string& value) -> std::string {
+Check positive_float() {
+  return [](const std::string& value) -> std::string {
     const auto x = to_real(value);
-    if (!x) return flag + " needs a number, got '" + value + "'";
-    if (*x < lo)
-      return flag + " must be " + (lo == 0 ? "zero or more" : "at least " + number_text(lo)) + ", got " + value;
-    if (*x > hi) return flag + " must be at most " + number_text(hi) + ", got " + value;
-    if (std::string why = check_fits<double>(flag, value, *x); !why.empty()) return why;
-    dst = *x;
+    if (!x) return "needs a number, got '" + value + "'";
+    if (*x <= 0) return "must be positive, got " + value;
+    return check_fits<float>(value, *x);
+  };
+}
+
+Check text(const std::string& what) {
+  return [what](const std::string& value) -> std::string {
+    if (value.empty()) return "needs " + what;
+    // CLI11, as getopt, takes the next word as the value whatever it is: in "--out --epochs 3"
+    // the value was forgotten, and a folder called "--epochs" is not what was meant.
+    if (value.rfind("--", 0) == 0) return "needs " + what + ", got the option '" + value + "'";
     return "";
   };
 }
 
-FlagSetter text_flag(std::string& dst, const std::string& what) {
-  return [&dst, what](const std::string& flag, const std::string& value) -> std::string {
-    if (value.empty()) return flag + " needs " + what;
-    dst = value;
+Check file_name_part() {
+  return [](const std::string& value) -> std::string {
+    if (value.empty()) return "needs a name";
+    for (const char c : value)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+        return "'" + value + "' may hold only letters, digits, '_', '-' and '.' (it names files)";
+    // ".name" would hide the files; "-name" reads as an option to the tools run on them (gnuplot).
+    if (value[0] == '.' || value[0] == '-') return "'" + value + "' may not start with '.' or '-' (it names files)";
     return "";
   };
+}
+
+void add_on_off(CLI::App& app, const std::string& name, bool& value, const std::string& help) {
+  app.add_option_function<std::string>(name, [&value](const std::string& v) { value = v == "on"; }, help)
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str(value ? "on" : "off");
 }
 
 // ---- The shared command line ---------------------------------------------------------------
@@ -157,30 +130,13 @@ float learning_rate_at(const Options& o, int epoch, int step, int steps_per_epoc
   return static_cast<float>(static_cast<double>(o.lr) * static_cast<double>(t) / static_cast<double>(warmup_steps));
 }
 
-std::string usage(const ChapterInfo& c, const std::string& own_usage) {
-  std::string u = "usage: " + c.name + " [options]\n  " + c.summary +
-                  "\n\noptions (--flag value or --flag=value):\n";
-  u += "  --epochs N        passes over the training set (default 10)\n";
-  u += "  --batch-size N    examples per step, summed over all devices (default 256)\n";
-  char lr[32];
-  std::snprintf(lr, sizeof lr, "%g", c.default_lr);
-  u += "  --lr X            SGD learning rate, a positive float (default " + std::string(lr) + ")\n";
-  u += "  --devices K       logical devices to train on (default " + std::to_string(c.default_devices) +
-       (c.max_devices == 1 ? "; this chapter uses exactly one)\n" : ")\n");
-  u += "  --data-dir DIR    Fashion-MNIST directory (default: search, see data/README.md)\n";
-  u += "  --limit-train N   use only the first N training images (default 0: all)\n";
-  u += "  --warmup-epochs N raise the rate linearly to --lr over the first N epochs (default 0: none)\n";
-  u += "  --seed N          seed for the initial weights and the shuffling (default 42)\n";
-  u += "  --out DIR         where the CSV and the plot go (default results/)\n";
-  u += "  --run-name NAME   name the results files NAME.csv, .json, .png (default: from the settings)\n";
-  u += "  --progress P      auto, on or off: how an epoch shows its progress (default auto: a live\n"
-       "                    line on a terminal; in a log, mpirun's or srun's too, a plain line now and then)\n";
-  u += "  --print-every N   in a log, a progress line every N batches (default 0: about every 10 s)\n";
-  if (c.max_devices > 1 && c.eval_flag)
-    u += "  --eval all|device0  test accuracy on all devices (default) or on device 0 only, as d2l\n";
-  u += "  --help, -h        this text\n";
-  if (!own_usage.empty()) u += "\nthis chapter:\n" + own_usage;
-  return u;
+void prepare_app(CLI::App& app) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group("options");
+  // -h answers as soon as it is read, before the checks of the flags around it run: CLI11's own
+  // help flag would wait for them ("--epochs 0 --help" would be refused, not explained).
+  app.set_help_flag();
+  app.add_flag_callback("-h,--help", [] { throw CLI::CallForHelp(); }, "print this usage and exit")
+      ->trigger_on_parse();
 }
 
 Options default_options(const ChapterInfo& chapter) {
@@ -190,44 +146,65 @@ Options default_options(const ChapterInfo& chapter) {
   return o;
 }
 
-FlagTable common_flags(Options& o, const ChapterInfo& chapter) {
-  return {
-      {"--epochs", integer_flag(o.epochs, 1)},
-      {"--batch-size", integer_flag(o.batch_size, 1)},
-      {"--devices", integer_flag(o.devices, 1)},
-      {"--limit-train", integer_flag(o.limit_train, 0)},
-      {"--print-every", integer_flag(o.print_every, 0)},
-      {"--warmup-epochs", integer_flag(o.warmup_epochs, 0)},
-      {"--seed", integer_flag(o.seed, 0, std::numeric_limits<long long>::max())},
-      {"--lr", positive_real_flag(o.lr)},
-      {"--data-dir", text_flag(o.data_dir, "a directory")},
-      {"--out", text_flag(o.out, "a directory")},
-      {"--run-name",
-       [&o](const std::string& flag, const std::string& v) -> std::string {
-         if (v.empty() || v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
-                              std::string::npos || v[0] == '.' || v[0] == '-')
-           return flag + " takes letters, digits, '_', '-' and '.', not first a '.' or '-', got '" + v + "'";
-         o.run_name = v;
-         return "";
-       }},
-      {"--progress",
-       [&o](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "auto") o.progress = Options::Progress::Auto;
-         else if (v == "on") o.progress = Options::Progress::On;
-         else if (v == "off") o.progress = Options::Progress::Off;
-         else return flag + " must be 'auto', 'on' or 'off', got '" + v + "'";
-         return "";
-       }},
-      {"--eval",
-       [&o, several = chapter.max_devices > 1, offered = chapter.eval_flag,
-        name = chapter.name](const std::string& flag, const std::string& v) -> std::string {
-         if (!several) return flag + " is for chapters with several devices";
-         if (!offered) return flag + " is not an option of " + name + ": it computes test accuracy one way only";
-         if (v != "all" && v != "device0") return flag + " must be 'all' or 'device0', got '" + v + "'";
-         o.eval_all_devices = v == "all";
-         return "";
-       }},
-  };
+void add_common_flags(CLI::App& app, Options& o, const ChapterInfo& chapter) {
+  // Each flag: its names (a short one only where d2l's and PyTorch's scripts use it: -b for the
+  // batch size, -p for how often to print), the variable CLI11 stores into, the usage line, the
+  // check of the text as typed, and the default shown in the usage (`=256`).
+  app.add_option("--epochs", o.epochs, "passes over the training set")->check(integer(1))->capture_default_str();
+  app.add_option("-b,--batch-size", o.batch_size, "examples per step, summed over all devices")
+      ->check(integer(1))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate, a positive float")->check(positive_float())->capture_default_str();
+  app.add_option("--devices", o.devices,
+                 chapter.max_devices == 1 ? "logical devices to train on (this chapter uses exactly one)"
+                                          : "logical devices to train on")
+      ->check(integer(1))
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "Fashion-MNIST's directory (default: search, see data/README.md)")
+      ->check(text("a directory"));
+  app.add_option("--limit-train", o.limit_train, "use only the first N training images (0: all)")
+      ->check(integer(0))
+      ->capture_default_str();
+  app.add_option("--warmup-epochs", o.warmup_epochs, "raise the rate linearly to --lr over the first N epochs")
+      ->check(integer(0))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed for the initial weights and the shuffling")
+      ->check(integer(0, std::numeric_limits<long long>::max()))
+      ->capture_default_str();
+  app.add_option("--out", o.out, "where the CSV and the plot go")->check(text("a directory"))->capture_default_str();
+  app.add_option("--run-name", o.run_name,
+                 "name this run's results files (default: derived from the settings)")
+      ->check(file_name_part());
+  // A choice is read as text, checked against its names (CLI11's IsMember, which the usage shows
+  // as {auto,on,off}), then stored as what it means.
+  app.add_option_function<std::string>(
+         "--progress",
+         [&o](const std::string& v) {
+           o.progress = v == "on" ? Options::Progress::On : v == "off" ? Options::Progress::Off : Options::Progress::Auto;
+         },
+         "how an epoch shows its progress: a live line on a terminal and a plain one now and then in a log "
+         "(auto), the live line (on), or none (off)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->default_str("auto");
+  app.add_option("-p,--print-every", o.print_every, "in a log, a progress line every N batches (0: about every 10 s)")
+      ->check(integer(0))
+      ->capture_default_str();
+  // --eval is offered where there are several devices to evaluate on and the chapter can use
+  // either way. Elsewhere it is still declared, out of the usage (no group), so that it is
+  // refused with the reason rather than as an unknown flag.
+  if (chapter.max_devices > 1 && chapter.eval_flag) {
+    app.add_option_function<std::string>(
+           "--eval", [&o](const std::string& v) { o.eval_all_devices = v == "all"; },
+           "test accuracy on all devices, or on device 0 only, as d2l")
+        ->check(CLI::IsMember({"all", "device0"}))
+        ->default_str("all");
+  } else {
+    const std::string why = chapter.max_devices == 1
+                                ? "--eval is for chapters with several devices"
+                                : "--eval is not an option of " + chapter.name + ": it computes test accuracy one way only";
+    app.add_option_function<std::string>("--eval", [why](const std::string&) { throw CLI::ValidationError(why); })
+        ->group("");
+  }
 }
 
 std::string check_options(const Options& o, const ChapterInfo& chapter) {
@@ -244,30 +221,75 @@ std::string check_options(const Options& o, const ChapterInfo& chapter) {
   return "";
 }
 
-ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter, const FlagTable& own) {
+Parsed parse(CLI::App& app, const std::vector<std::string>& args) {
+  // CLI11 reads a vector from its back: the first word goes last.
+  std::vector<std::string> words(args.rbegin(), args.rend());
+  try {
+    app.parse(words);
+  } catch (const CLI::CallForHelp&) {
+    return {true, ""};
+  } catch (const CLI::ExtrasError&) {
+    // CLI11 says "The following arguments were not expected: ..."; name the first word of the
+    // command line among those it could not place.
+    const std::vector<std::string> rest = app.remaining();
+    const auto first = std::find_first_of(args.begin(), args.end(), rest.begin(), rest.end());
+    const std::string word = first != args.end() ? *first : rest.empty() ? "?" : rest.front();
+    return {false, (word.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + word + "'"};
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--seed: 1 required UINT missing": the flag was given without its value.
+    const std::string what = e.what();
+    if (what.find("missing") == std::string::npos) return {false, what};
+    return {false, what.substr(0, what.find(':')) + " needs a value"};
+  } catch (const CLI::ParseError& e) {
+    return {false, e.what()};
+  }
+  return {};
+}
+
+namespace {
+
+// The app of a chapter: the shared flags under "options", the chapter's own under "this chapter".
+void declare(CLI::App& app, Options& o, const ChapterInfo& chapter, const OwnFlags& own) {
+  prepare_app(app);
+  add_common_flags(app, o, chapter);
+  app.option_defaults()->group("this chapter");
+  if (own) own(app);
+}
+
+}  // namespace
+
+ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter, const OwnFlags& own) {
   ParseResult r;
   r.options = default_options(chapter);
-  FlagTable flags = common_flags(r.options, chapter);
-  flags.insert(own.begin(), own.end());
-  const FlagsResult f = parse_flags(args, flags);
-  r.help = f.help;
-  r.error = f.error;
+  CLI::App app{chapter.summary, chapter.name};
+  declare(app, r.options, chapter, own);
+  const Parsed p = parse(app, args);
+  r.help = p.help;
+  r.error = p.error;
   if (!r.help && r.error.empty()) r.error = check_options(r.options, chapter);
   return r;
 }
 
-Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter, const FlagTable& own,
-                           const std::string& own_usage) {
+std::string usage(const ChapterInfo& chapter, const OwnFlags& own) {
+  Options o = default_options(chapter);
+  CLI::App app{chapter.summary, chapter.name};
+  declare(app, o, chapter, own);
+  return app.help();
+}
+
+Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter, const OwnFlags& own) {
   const ParseResult r = parse_options(std::vector<std::string>(argv + 1, argv + argc), chapter, own);
   if (r.help) {
-    std::fputs(usage(chapter, own_usage).c_str(), stdout);
+    std::fputs(usage(chapter, own).c_str(), stdout);
     std::exit(0);
   }
-  if (!r.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n\n%s", chapter.name.c_str(), r.error.c_str(), usage(chapter, own_usage).c_str());
-    std::exit(2);
-  }
+  if (!r.error.empty()) refuse_command_line(chapter.name, r.error);
   return r.options;
+}
+
+void refuse_command_line(const std::string& program, const std::string& why) {
+  std::fprintf(stderr, "%s: %s\nrun with --help for the usage\n", program.c_str(), why.c_str());
+  std::exit(2);
 }
 
 }  // namespace mgpu

@@ -1,64 +1,60 @@
-// The command line every chapter shares:
-//   --epochs N  --batch-size N  --lr X  --devices K  --data-dir DIR  --limit-train N
-//   --seed N  --out DIR  --progress auto|on|off  --print-every N  --warmup-epochs N  --help
-// Defaults are d2l's (10 epochs, batch 256, lr 0.2). A bad value or an unknown flag
-// prints the reason and the usage, and exits with status 2.
+// The command line every chapter shares, read with CLI11 (Debian's libcli11-dev):
+//   -b,--batch-size N  --epochs N  --lr X  --devices K  --data-dir DIR  --limit-train N
+//   --seed N  --out DIR  --run-name NAME  --progress auto|on|off  -p,--print-every N
+//   --warmup-epochs N  -h,--help
+// Defaults are d2l's (10 epochs, batch 256, lr 0.2). Flags are written as in most tools:
+// "--epochs 3", "--epochs=3", "-b 64", "-b64"; a flag given twice keeps the last value.
+// A bad value or an unknown flag prints one line that names the flag and the value, then
+// "run with --help for the usage", and exits with status 2; --help prints the usage, exit 0.
 //
-// Below it, the small flag parser that reads it, for any program's own flags too (chapter 03's
-// benchmark uses it), so that every program of the repository reads a command line the same way.
+// This header keeps CLI11 itself out of sight (its header costs seconds per file that includes
+// it, and this one is included everywhere through report.h): the files that declare flags
+// include <CLI/CLI.hpp>, and give CLI11 the checks below.
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace mgpu {
 
-// ---- The flag parser -----------------------------------------------------------------------
+// ---- Checks of a value as typed --------------------------------------------------------------
 //
-// A program describes its flags as a table: flag -> setter. A setter stores its value, or
-// returns why it refuses it (an empty string: accepted). parse_flags() reads the words in order:
-//   --flag value, --flag=value   the flag's setter gets the value; "--flag --other" is refused
-//                                (a forgotten value), "--flag=--x" gives a value that starts with --
-//   --help, -h                   stop: the caller prints the usage
-//   anything else                refused: an unknown option, a stray word
-// Pure (no printing, no exiting), so the tests can call it.
-using FlagSetter = std::function<std::string(const std::string& flag, const std::string& value)>;
-using FlagTable = std::map<std::string, FlagSetter>;
+// CLI11 converts a flag's text to the variable it is bound to, and takes more than a number
+// typed on a command line should be: "+3" and " 3" (strtoll skips the blank), "1e3" for an
+// integer. So every number flag runs one of these first, in CLI11's own way:
+//   app.add_option("--epochs", o.epochs, "passes over the training set")->check(mgpu::integer(1));
+// A check returns "" to accept the text, or why not; CLI11 puts the flag in front of it:
+//   --epochs: must be at least 1, got 0
+using Check = std::function<std::string(const std::string& value)>;
 
-struct FlagsResult {
-  bool help = false;  // --help or -h was given
-  std::string error;  // non-empty: why the command line was refused
-};
-FlagsResult parse_flags(const std::vector<std::string>& args, const FlagTable& flags);
+// A whole number from lo to hi.
+Check integer(long long lo, long long hi = 1'000'000'000);
+// A number from lo to hi, checked as the double it is stored in.
+Check real(double lo, double hi);
+// A number > 0, checked as the float it is stored in, not as the number written: "1e300" is inf
+// as a float and "1e-46" is 0, and neither is what was asked for (a learning rate).
+Check positive_float();
+// Text that may not be empty nor start with "--" (a forgotten value); `what` names it:
+// "needs a directory".
+Check text(const std::string& what);
+// Letters, digits, '_', '-' and '.': a name that goes into file names as it is.
+Check file_name_part();
+
+// A flag that is "on" or "off", stored in `value` (whose value now is the default the usage shows):
+//   mgpu::add_on_off(app, "--graph", graph, "replay one recorded training step");
+void add_on_off(CLI::App& app, const std::string& name, bool& value, const std::string& help);
 
 // Whole-string number parsing, strict: "12abc", "", "1e3" (as an integer), " 3" and "+3" (which
 // strtoll and strtod would take: a value typed that way is a slip, and chapter 08 once carried
 // it into a file name), out-of-range and non-finite values give nullopt.
 std::optional<long long> to_integer(const std::string& s);
 std::optional<double> to_real(const std::string& s);
-
-// Setters for the usual kinds of value. Each refusal names the flag and quotes the value.
-// A whole number from lo to hi ("--epochs must be at least 1, got 0").
-std::string read_integer(const std::string& flag, const std::string& value, long long lo, long long hi,
-                         long long& n);
-template <class Int>
-FlagSetter integer_flag(Int& dst, long long lo, long long hi = 1'000'000'000) {
-  return [&dst, lo, hi](const std::string& flag, const std::string& value) {
-    long long n = 0;
-    std::string why = read_integer(flag, value, lo, hi, n);
-    if (why.empty()) dst = static_cast<Int>(n);
-    return why;
-  };
-}
-// A real number, checked as the float or double it is stored in, not as the number written:
-// "1e300" is inf as a float and "1e-46" is 0, and neither is what was asked for.
-FlagSetter positive_real_flag(float& dst);                  // > 0 (a learning rate)
-FlagSetter real_flag(double& dst, double lo, double hi);  // from lo to hi
-// Text that may not be empty (a directory, a file); `what` names it: "--out needs a directory".
-FlagSetter text_flag(std::string& dst, const std::string& what);
 
 // ---- The shared command line ---------------------------------------------------------------
 
@@ -101,32 +97,44 @@ struct ChapterInfo {
   bool eval_flag = true;
 };
 
+// A chapter's flags of its own, declared on the same CLI11 app as the shared ones (they land
+// under "this chapter" in the usage): a function that adds them.
+using OwnFlags = std::function<void(CLI::App& app)>;
+
+// What every program's app has, before its first flag: -h/--help, and a flag given twice keeps
+// its last value (CLI11's default would refuse the second).
+void prepare_app(CLI::App& app);
+// The shared flags, bound to `o` with the chapter's defaults (o = default_options(chapter)):
+// one place where they are declared. `o` must outlive the app: CLI11 stores into it.
+void add_common_flags(CLI::App& app, Options& o, const ChapterInfo& chapter);
+Options default_options(const ChapterInfo& chapter);
+// The checks between flags, once all are read: "" or why they do not fit together.
+std::string check_options(const Options& o, const ChapterInfo& chapter);
+
 struct ParseResult {
   Options options;
   bool help = false;     // --help was given
   std::string error;     // non-empty: why the command line was refused
 };
 
-// Pure function (no printing, no exiting), so the tests can call it. `own`: a chapter's flags
-// of its own, read beside the shared ones (their setters store into the chapter's variables).
-ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter,
-                          const FlagTable& own = {});
+// Reads `args` (the words after the program's name) into `app`: help, or "" when all is well,
+// or the reason for refusing them. Pure (no printing, no exiting), so the tests can call it.
+struct Parsed {
+  bool help = false;
+  std::string error;
+};
+Parsed parse(CLI::App& app, const std::vector<std::string>& args);
 
-// The pieces of parse_options, for a program that reads its command line its own way (chapter
-// 05, under MPI): start from default_options(chapter), add its flags to
-// common_flags(options, chapter), call parse_flags() once, then check_options() (the checks
-// between flags, once all are read).
-Options default_options(const ChapterInfo& chapter);
-FlagTable common_flags(Options& o, const ChapterInfo& chapter);
-std::string check_options(const Options& o, const ChapterInfo& chapter);
+// The shared flags and `own`, parsed and checked. Pure, like parse().
+ParseResult parse_options(const std::vector<std::string>& args, const ChapterInfo& chapter, const OwnFlags& own = {});
+// The usage --help prints: the shared flags and `own`'s.
+std::string usage(const ChapterInfo& chapter, const OwnFlags& own = {});
 
-// The shared flags' usage; with `own_usage` (the lines of a chapter's own flags) after it,
-// under "this chapter:".
-std::string usage(const ChapterInfo& chapter, const std::string& own_usage = "");
+// For main(): parse, or refuse_command_line(); --help prints the usage and exits 0.
+Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter, const OwnFlags& own = {});
 
-// For main(): parse, or print the reason and the usage and exit(2); --help exits 0. `own` and
-// `own_usage`: the chapter's own flags, as for parse_options() and usage().
-Options parse_command_line(int argc, char** argv, const ChapterInfo& chapter, const FlagTable& own = {},
-                           const std::string& own_usage = "");
+// What every program does with a command line it cannot run: one line on stderr,
+// "<program>: <why>", then "run with --help for the usage", and exit status 2.
+[[noreturn]] void refuse_command_line(const std::string& program, const std::string& why);
 
 }  // namespace mgpu

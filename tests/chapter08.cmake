@@ -7,22 +7,22 @@ mgpu_exercise(ex08.apply_push   test_parameter_server "push:*" "bsp: training th
 mgpu_exercise(ex08.ssp_clock    test_parameter_server "clocks:*" "ssp:*")
 
 set(ps_short --epochs 1 --limit-train 512 --out ${CMAKE_BINARY_DIR}/test-results)
-expect_exit(08_parameter_server help            0 stdout "^usage: 08_parameter_server.*--straggler" --help)
-expect_exit(08_parameter_server mode_bad        2 stderr "--mode must be 'bsp', 'asp' or 'ssp', got 'sync'" --mode sync)
-expect_exit(08_parameter_server staleness_neg   2 stderr "--staleness must be zero or more, got -1" --mode ssp --staleness -1)
+expect_exit(08_parameter_server help            0 stdout "Usage: 08_parameter_server.*--straggler" --help)
+expect_exit(08_parameter_server mode_bad        2 stderr "--mode: sync not in \\{bsp,asp,ssp\\}" --mode sync)
+expect_exit(08_parameter_server staleness_neg   2 stderr "--staleness: must be zero or more, got -1" --mode ssp --staleness -1)
 expect_exit(08_parameter_server staleness_alone 2 stderr "--staleness is the bound of --mode ssp.*--mode bsp"
             ${ps_short} --staleness 3)
-expect_exit(08_parameter_server servers_zero    2 stderr "--servers must be at least 1, got 0" --servers 0)
-expect_exit(08_parameter_server servers_many    2 stderr "--servers must be at most 64, got 65" --servers 65)
-expect_exit(08_parameter_server straggler_form  2 stderr "--straggler needs WORKER:FACTOR, e.g. 0:3, got '1'" --straggler 1)
+expect_exit(08_parameter_server servers_zero    2 stderr "--servers: must be at least 1, got 0" --servers 0)
+expect_exit(08_parameter_server servers_many    2 stderr "--servers: must be at most 64, got 65" --servers 65)
+expect_exit(08_parameter_server straggler_form  2 stderr "--straggler: needs WORKER:FACTOR, e.g. 0:3, got '1'" --straggler 1)
 # A '+' (or a space) once passed, trained the whole run and failed at the end on the file name
 # made from it: numbers are read strictly now, before anything runs.
-expect_exit(08_parameter_server straggler_plus  2 stderr "--straggler needs WORKER:FACTOR, e.g. 0:3, got '0:.3'" --straggler 0:+3)
+expect_exit(08_parameter_server straggler_plus  2 stderr "--straggler: needs WORKER:FACTOR, e.g. 0:3, got '0:.3'" --straggler 0:+3)
 expect_exit(08_parameter_server straggler_fast  2 stderr "--straggler: the factor must be from 1 to 100, got '0.5'"
             --straggler 0:0.5)
 expect_exit(08_parameter_server straggler_who   2 stderr "--straggler 2: there are only 2 workers"
             ${ps_short} --straggler 2:3)
-expect_exit(08_parameter_server devices_zero    2 stderr "--devices must be at least 1, got 0" --devices 0)
+expect_exit(08_parameter_server devices_zero    2 stderr "--devices: must be at least 1, got 0" --devices 0)
 expect_exit(08_parameter_server last_batch_small 1 stderr "leave a last batch of 1 example.s. in every epoch"
             --limit-train 1001 --batch-size 250 --devices 4)
 # A short run of each mode: the summary line, and SSP's bound kept (1 worker ahead: (k-1)(2s+1) = 3).

@@ -1,5 +1,6 @@
-// The command line every chapter shares (common/cli.h). parse_options is a pure function, so
-// every good and bad command line can be tried here without starting a program.
+// The command line every chapter shares (common/cli.h), read with CLI11. parse_options is a pure
+// function, so every good and bad command line can be tried here without starting a program.
+#include <CLI/CLI.hpp>
 #include <doctest/doctest.h>
 
 #include <string>
@@ -83,27 +84,64 @@ TEST_CASE("every flag with a good value, as '--flag value' and as '--flag=value'
   CHECK(mgpu::parse_options({"--progress", "on"}, kLenet).options.progress == Progress::On);
   CHECK(mgpu::parse_options({"--progress=off"}, kLenet).options.progress == Progress::Off);
   CHECK(mgpu::parse_options({"--progress", "auto"}, kLenet).options.progress == Progress::Auto);
-  check_refused({"--progress", "yes"}, kLenet, "--progress must be 'auto', 'on' or 'off', got 'yes'");
+  check_refused({"--progress", "yes"}, kLenet, "--progress: yes not in {auto,on,off}");
 
   // Chapter 01 accepts the one device it has.
   CHECK(mgpu::parse_options({"--devices", "1"}, kLenet).error == "");
 }
 
-TEST_CASE("--help and -h ask for the usage") {
+TEST_CASE("--help and -h ask for the usage, wherever they are and whatever is around them") {
   CHECK(mgpu::parse_options({"--help"}, kLenet).help);
   CHECK(mgpu::parse_options({"-h"}, kLenet).help);
   CHECK(mgpu::parse_options({"--epochs", "3", "--help"}, kLenet).help);
+  // Answered as soon as it is read: flags that would be refused do not hide the usage.
+  CHECK(mgpu::parse_options({"--epochs", "0", "-h"}, kLenet).help);
+  CHECK(mgpu::parse_options({"--help", "--bogus"}, kLenet).help);
   CHECK_FALSE(mgpu::parse_options({"--epochs", "3"}, kLenet).help);
 }
 
-TEST_CASE("the usage names the program and every flag") {
+TEST_CASE("the usage names the program and every flag, with the short forms and the defaults") {
   const std::string u = mgpu::usage(kLenet);
-  CHECK(contains(u, "01_lenet"));
-  for (const char* flag : {"--epochs", "--batch-size", "--lr", "--devices", "--data-dir", "--limit-train", "--seed",
-                           "--out", "--progress", "--help"}) {
+  CHECK(contains(u, "Usage: 01_lenet"));
+  for (const char* flag : {"--epochs", "-b,--batch-size", "--lr", "--devices", "--data-dir", "--limit-train", "--seed",
+                           "--out", "--run-name", "--progress", "-p,--print-every", "-h,--help"}) {
     INFO("flag ", std::string(flag));
     CHECK(contains(u, flag));
   }
+  CHECK(contains(u, "-b,--batch-size INT=256"));  // the default, read from Options
+  CHECK(contains(mgpu::usage(kOneEval), "--lr FLOAT=0.2"));
+}
+
+TEST_CASE("the short forms people know: -b for the batch size, -p for how often to print") {
+  const mgpu::ParseResult r = mgpu::parse_options({"-b", "64", "-p", "5"}, kLenet);
+  REQUIRE(r.error == "");
+  CHECK(r.options.batch_size == 64);
+  CHECK(r.options.print_every == 5);
+  CHECK(mgpu::parse_options({"-b128"}, kLenet).options.batch_size == 128);  // glued, as getopt takes it
+  // Refused as the long form is, and named by it.
+  check_refused({"-b", "0"}, kLenet, "--batch-size: must be at least 1, got 0");
+  check_refused({"-b", "+3"}, kLenet, "--batch-size: needs an integer, got '+3'");
+  check_refused({"-b"}, kLenet, "--batch-size");
+  // Only those: -e, -n and -s are nobody's epochs, count or seed here.
+  check_refused({"-e", "3"}, kLenet, "-e");
+  check_refused({"-s", "3"}, kLenet, "-s");
+}
+
+TEST_CASE("a flag given twice keeps its last value, as most tools do") {
+  const mgpu::ParseResult r = mgpu::parse_options({"--epochs", "3", "-b", "64", "--epochs=5", "--batch-size", "32"}, kLenet);
+  REQUIRE(r.error == "");
+  CHECK(r.options.epochs == 5);
+  CHECK(r.options.batch_size == 32);
+  // Every value is checked, the overridden one too.
+  check_refused({"--epochs", "0", "--epochs", "5"}, kLenet, "--epochs: must be at least 1, got 0");
+}
+
+TEST_CASE("--run-name: letters, digits, '_', '-' and '.', for file names") {
+  CHECK(mgpu::parse_options({}, kLenet).options.run_name == "");  // the default: named from the settings
+  CHECK(mgpu::parse_options({"--run-name", "lr0.1_try-2"}, kLenet).options.run_name == "lr0.1_try-2");
+  check_refused({"--run-name", "a/b"}, kLenet, "--run-name: 'a/b' may hold only letters, digits");
+  check_refused({"--run-name", "two words"}, kLenet, "--run-name: 'two words'");
+  check_refused({"--run-name="}, kLenet, "--run-name");
 }
 
 TEST_CASE("zero and negative values are refused, naming the flag") {
@@ -111,14 +149,14 @@ TEST_CASE("zero and negative values are refused, naming the flag") {
   check_refused({"--epochs", "-3"}, kLenet, "--epochs");
   // The whole reason, value included: a parser that took "-1" for the next option would also
   // name the flag, but not say this.
-  check_refused({"--batch-size", "0"}, kLenet, "--batch-size must be at least 1, got 0");
-  check_refused({"--batch-size", "-256"}, kLenet, "--batch-size must be at least 1, got -256");
-  check_refused({"--lr", "0"}, kLenet, "--lr must be positive, got 0");
-  check_refused({"--lr", "-0.1"}, kLenet, "--lr must be positive, got -0.1");
-  check_refused({"--devices", "0"}, kMulti, "--devices must be at least 1, got 0");
-  check_refused({"--devices", "-2"}, kMulti, "--devices must be at least 1, got -2");
-  check_refused({"--limit-train", "-1"}, kLenet, "--limit-train must be zero or more, got -1");
-  check_refused({"--seed", "-1"}, kLenet, "--seed must be zero or more, got -1");
+  check_refused({"--batch-size", "0"}, kLenet, "--batch-size: must be at least 1, got 0");
+  check_refused({"--batch-size", "-256"}, kLenet, "--batch-size: must be at least 1, got -256");
+  check_refused({"--lr", "0"}, kLenet, "--lr: must be positive, got 0");
+  check_refused({"--lr", "-0.1"}, kLenet, "--lr: must be positive, got -0.1");
+  check_refused({"--devices", "0"}, kMulti, "--devices: must be at least 1, got 0");
+  check_refused({"--devices", "-2"}, kMulti, "--devices: must be at least 1, got -2");
+  check_refused({"--limit-train", "-1"}, kLenet, "--limit-train: must be zero or more, got -1");
+  check_refused({"--seed", "-1"}, kLenet, "--seed: must be zero or more, got -1");
 }
 
 TEST_CASE("values that are not numbers (or not whole ones) are refused, naming the flag") {
@@ -135,13 +173,13 @@ TEST_CASE("values that are not numbers (or not whole ones) are refused, naming t
   check_refused({"--lr", "nan"}, kLenet, "--lr");
   check_refused({"--lr", "inf"}, kLenet, "--lr");
   check_refused({"--epochs", "99999999999999999999"}, kLenet, "--epochs");  // beyond long long
-  check_refused({"--epochs", "2000000000"}, kLenet, "--epochs must be at most 1000000000");  // beyond the limit
+  check_refused({"--epochs", "2000000000"}, kLenet, "--epochs: must be at most 1000000000");  // beyond the limit
   // What strtoll and strtod would take, but a number typed on a command line is not: a leading
   // space (a quoted ' 3') or '+'.
-  check_refused({"--epochs", " 3"}, kLenet, "--epochs needs an integer, got ' 3'");
-  check_refused({"--epochs", "+3"}, kLenet, "--epochs needs an integer, got '+3'");
-  check_refused({"--lr", "\t0.1"}, kLenet, "--lr needs a number");
-  check_refused({"--lr", "+0.1"}, kLenet, "--lr needs a number, got '+0.1'");
+  check_refused({"--epochs", " 3"}, kLenet, "--epochs: needs an integer, got ' 3'");
+  check_refused({"--epochs", "+3"}, kLenet, "--epochs: needs an integer, got '+3'");
+  check_refused({"--lr", "\t0.1"}, kLenet, "--lr: needs a number");
+  check_refused({"--lr", "+0.1"}, kLenet, "--lr: needs a number, got '+0.1'");
 }
 
 TEST_CASE("to_integer and to_real read the whole string as typed: sign '-' and a leading '.' only") {
@@ -159,17 +197,17 @@ TEST_CASE("to_integer and to_real read the whole string as typed: sign '-' and a
 
 TEST_CASE("--lr is checked as the float it becomes, not as the number written") {
   // 1e300 and 1e-46 are fine doubles but no floats: they would train with lr = inf and lr = 0.
-  check_refused({"--lr", "1e300"}, kLenet, "--lr 1e300 is too large for a float");
-  check_refused({"--lr", "1e39"}, kLenet, "--lr 1e39 is too large for a float");
-  check_refused({"--lr", "1e-46"}, kLenet, "--lr 1e-46 is too small for a float");
-  check_refused({"--lr", "1e-40"}, kLenet, "--lr 1e-40 is too small for a float");  // denormal: digits lost
+  check_refused({"--lr", "1e300"}, kLenet, "--lr: 1e300 is too large for a float");
+  check_refused({"--lr", "1e39"}, kLenet, "--lr: 1e39 is too large for a float");
+  check_refused({"--lr", "1e-46"}, kLenet, "--lr: 1e-46 is too small for a float");
+  check_refused({"--lr", "1e-40"}, kLenet, "--lr: 1e-40 is too small for a float");  // denormal: digits lost
   // The ends of the float range still pass.
   CHECK(mgpu::parse_options({"--lr", "3e38"}, kLenet).options.lr == 3e38f);
   CHECK(mgpu::parse_options({"--lr", "1e-37"}, kLenet).options.lr == 1e-37f);
 }
 
 TEST_CASE("empty values are refused, naming the flag") {
-  check_refused({"--epochs", ""}, kLenet, "--epochs");
+  check_refused({"--epochs", ""}, kLenet, "--epochs: needs an integer, got ''");
   check_refused({"--epochs="}, kLenet, "--epochs");
   check_refused({"--lr", ""}, kLenet, "--lr");
   check_refused({"--data-dir", ""}, kLenet, "--data-dir");
@@ -179,62 +217,63 @@ TEST_CASE("empty values are refused, naming the flag") {
 TEST_CASE("a flag without its value at the end of the line is refused") {
   check_refused({"--epochs"}, kLenet, "--epochs needs a value");
   check_refused({"--epochs", "3", "--lr"}, kLenet, "--lr needs a value");
-  // A flag where a value should be is not taken as the value: '--out --epochs 3' would have
-  // written to a folder called '--epochs' and then refused the '3'.
-  check_refused({"--out", "--epochs", "3"}, kLenet, "--out needs a value, got the option '--epochs'");
-  CHECK(mgpu::parse_options({"--out=--odd"}, kLenet).options.out == "--odd");  // '=' can still give one
+  // A flag where a value should be: CLI11, as getopt, takes it as the value. A number flag then
+  // refuses it as a number; a text flag refuses a value that starts with "--": '--out --epochs 3'
+  // would have written to a folder called '--epochs' (and refused the '3').
+  check_refused({"--out", "--epochs", "3"}, kLenet, "--out: needs a directory, got the option '--epochs'");
+  check_refused({"--out", "--epochs"}, kLenet, "--out: needs a directory, got the option '--epochs'");
+  check_refused({"--epochs", "--lr", "0.1"}, kLenet, "--epochs: needs an integer, got '--lr'");
 }
 
 TEST_CASE("an unknown flag or a stray word is refused, quoting it") {
-  check_refused({"--bogus"}, kLenet, "--bogus");
+  check_refused({"--bogus"}, kLenet, "unknown option '--bogus'");
   check_refused({"--bogus=1"}, kLenet, "--bogus");
   check_refused({"--epochs", "3", "extra"}, kLenet, "unexpected argument 'extra'");
-  check_refused({"-e", "3"}, kLenet, "-e");
+  check_refused({"-x", "3"}, kLenet, "-x");
 }
 
-TEST_CASE("the flag parser, for a program's own flags") {
-  // What chapter 03's benchmark does: its own table of flag -> setter.
+TEST_CASE("the checks, on a program's own CLI11 app") {
+  // What a chapter's own flags and the benchmark's do: CLI11 stores, mgpu's checks read the text.
   int n = 0;
   double x = 1;
   std::string name;
-  const mgpu::FlagTable flags = {{"--n", mgpu::integer_flag(n, 0, 10)},
-                                 {"--x", mgpu::real_flag(x, 0, 100)},
-                                 {"--name", mgpu::text_flag(name, "a name")}};
-  CHECK(mgpu::parse_flags({"--n", "3", "--x=2.5", "--name", "a=b"}, flags).error == "");
+  auto parse = [&](const std::vector<std::string>& args) {
+    CLI::App app{"a test", "t"};
+    mgpu::prepare_app(app);
+    app.add_option("-n", n)->check(mgpu::integer(0, 10));
+    app.add_option("--x", x)->check(mgpu::real(0, 100));
+    app.add_option("--name", name)->check(mgpu::text("a name"));
+    return mgpu::parse(app, args);
+  };
+  CHECK(parse({"-n", "3", "--x=2.5", "--name", "a=b"}).error == "");
   CHECK(n == 3);
   CHECK(x == 2.5);
   CHECK(name == "a=b");  // only a flag's first '=' splits it
-  CHECK(mgpu::parse_flags({"-h"}, flags).help);
-  CHECK(mgpu::parse_flags({"--n", "1", "--help", "--bogus"}, flags).help);  // read in order
-  CHECK(mgpu::parse_flags({"--n", "11"}, flags).error == "--n must be at most 10, got 11");
-  CHECK(mgpu::parse_flags({"--n", "-1"}, flags).error == "--n must be zero or more, got -1");
-  CHECK(mgpu::parse_flags({"--x", "101"}, flags).error == "--x must be at most 100, got 101");
-  CHECK(mgpu::parse_flags({"--x", "-0.5"}, flags).error == "--x must be zero or more, got -0.5");
-  CHECK(mgpu::parse_flags({"--x", "1e-320"}, flags).error != "");  // a denormal double: digits lost
-  CHECK(mgpu::parse_flags({"--name="}, flags).error == "--name needs a name");
-  CHECK(mgpu::parse_flags({"--n"}, flags).error == "--n needs a value");
-  CHECK(mgpu::parse_flags({"--n", "--x", "1"}, flags).error == "--n needs a value, got the option '--x'");
-  CHECK(mgpu::parse_flags({"--n", "1", "--bogus"}, flags).error == "unknown option '--bogus'");
-  CHECK(mgpu::parse_flags({"-n", "1"}, flags).error == "unknown option '-n'");
-  CHECK(mgpu::parse_flags({"word"}, flags).error == "unexpected argument 'word'");
-  // The first refusal is the one reported.
-  CHECK(mgpu::parse_flags({"--n", "x", "--bogus"}, flags).error == "--n needs an integer, got 'x'");
+  CHECK(parse({"-h"}).help);
+  CHECK(parse({"-n", "11"}).error == "-n: must be at most 10, got 11");
+  CHECK(parse({"-n", "-1"}).error == "-n: must be zero or more, got -1");  // "-1" is a value, not a flag
+  CHECK(parse({"--x", "101"}).error == "--x: must be at most 100, got 101");
+  CHECK(parse({"--x", "-0.5"}).error == "--x: must be zero or more, got -0.5");
+  CHECK(parse({"--x", "1e-320"}).error.rfind("--x: ", 0) == 0);  // a denormal double: digits lost
+  CHECK(parse({"--name", ""}).error == "--name: needs a name");
+  CHECK(parse({"-n"}).error == "-n needs a value");
+  CHECK(parse({"-n", "1", "--bogus"}).error == "unknown option '--bogus'");
+  // The value's error comes before the stray word's.
+  CHECK(parse({"-n", "x", "--bogus"}).error == "-n: needs an integer, got 'x'");
 }
 
 TEST_CASE("a chapter's own flags are read beside the shared ones, and listed under 'this chapter'") {
   std::string mode = "off";
-  const mgpu::FlagTable own = {{"--mode", [&mode](const std::string&, const std::string& v) {
-                                  mode = v;
-                                  return std::string();
-                                }}};
+  const mgpu::OwnFlags own = [&mode](CLI::App& app) { app.add_option("--mode", mode, "how"); };
   const mgpu::ParseResult r = mgpu::parse_options({"--mode", "fast", "--epochs", "3"}, kLenet, own);
   CHECK(r.error == "");
   CHECK(mode == "fast");
   CHECK(r.options.epochs == 3);
-  CHECK(contains(mgpu::parse_options({"--bogus", "1"}, kLenet, own).error, "unknown option '--bogus'"));
-  const std::string u = mgpu::usage(kLenet, "  --mode M  how\n");
-  CHECK(contains(u, "\nthis chapter:\n  --mode M  how\n"));
-  CHECK_FALSE(contains(mgpu::usage(kLenet), "\nthis chapter:\n"));
+  CHECK(contains(mgpu::parse_options({"--bogus", "1"}, kLenet, own).error, "--bogus"));
+  const std::string u = mgpu::usage(kLenet, own);
+  CHECK(contains(u, "\nthis chapter:\n  --mode TEXT"));
+  CHECK(u.find("this chapter:") > u.find("--epochs"));  // after the shared flags
+  CHECK_FALSE(contains(mgpu::usage(kLenet), "this chapter:"));
 }
 
 TEST_CASE("--warmup-epochs: the rate rises linearly to --lr over the first N epochs, then stays") {
@@ -252,7 +291,7 @@ TEST_CASE("--warmup-epochs: the rate rises linearly to --lr over the first N epo
   none.warmup_epochs = 0;  // the default: --lr from the first step
   CHECK(mgpu::learning_rate_at(none, 0, 0, 4) == 0.8f);
   CHECK(mgpu::default_options(kLenet).warmup_epochs == 0);
-  check_refused({"--warmup-epochs", "-1"}, kLenet, "--warmup-epochs must be zero or more, got -1");
+  check_refused({"--warmup-epochs", "-1"}, kLenet, "--warmup-epochs: must be zero or more, got -1");
   check_refused({"--warmup-epochs", "4", "--epochs", "3"}, kLenet, "--warmup-epochs 4 is more than --epochs 3");
 }
 

@@ -282,7 +282,8 @@ TEST_CASE("flags: precision names, defaults that follow the precision, refusals"
   mixed::MixedFlags parsed;
   const mgpu::ParseResult r =
       mgpu::parse_options({"--precision", "fp16", "--loss-scale", "none", "--accumulate", "4"},
-                          mgpu::ChapterInfo{"06_mixed_precision", "", 2, 1024}, mixed::mixed_flags(parsed));
+                          mgpu::ChapterInfo{"06_mixed_precision", "", 2, 1024},
+                          [&parsed](CLI::App& app) { mixed::add_mixed_flags(app, parsed); });
   CHECK(r.error.empty());
   CHECK(mixed::resolve_defaults(parsed).empty());
   CHECK_FALSE(parsed.options.loss_scaling);

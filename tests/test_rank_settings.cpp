@@ -30,11 +30,12 @@ std::string value_of(const Settings& s, const std::string& key) {
   return "(missing)";
 }
 
-// The options the usage lists: every --word on a line that starts with one.
+// The options the usage lists: every --word on a line that starts with a flag (CLI11's usage
+// writes "-b,--batch-size INT=256" and "--epochs INT=10").
 std::set<std::string> options_in_usage() {
   std::set<std::string> found;
   const std::string usage = mp::usage();
-  const std::regex line("(^|\n) +--[^\n]*"), option("--[a-z][a-z-]*");
+  const std::regex line("(^|\n) +-[^\n]*"), option("--[a-z][a-z-]*");
   for (std::sregex_iterator l(usage.begin(), usage.end(), line), end; l != end; ++l) {
     const std::string text = l->str();
     for (std::sregex_iterator o(text.begin(), text.end(), option); o != end; ++o) found.insert(o->str());
@@ -80,8 +81,8 @@ TEST_CASE("to_text and from_text: the settings travel as key=value lines and com
 // The class, not the cases: an option added to the chapter must be compared across ranks or
 // be named here as one a rank may have to itself (see settings_to_agree_on in options.cpp).
 TEST_CASE("settings_to_agree_on: every option of the usage is compared, or listed as per-rank") {
-  const std::set<std::string> per_rank{"--data-dir", "--out", "--progress", "--print-every", "--run-name",
-                                       "--devices", "--help"};
+  const std::set<std::string> per_rank{"--data-dir", "--out", "--progress", "--print-every", "--devices", "--help",
+                                     "--run-name"};
   const Settings s = mp::settings_to_agree_on(parsed({}));
   std::set<std::string> compared;
   for (const mp::Setting& x : s) compared.insert(x.key);

@@ -276,58 +276,85 @@ TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is ca
   }
 }
 
-TEST_CASE("the benchmark's command line") {
+TEST_CASE("the benchmark's command line: nccl-tests' flags, and the old names as aliases") {
   using bench::parse_settings;
   const bench::ParsedSettings defaults = parse_settings({});
   CHECK(defaults.error.empty());
   CHECK(defaults.settings.device_counts == std::vector<int>{2, 4, 8});
   CHECK(defaults.settings.max_bytes == std::size_t(256) << 20);
+  CHECK(defaults.settings.step_factor == 2);
 
-  const auto p = parse_settings({"--devices", "2,3", "--min-bytes", "1K", "--max-bytes", "64M", "--iters", "7"});
-  CHECK(p.error.empty());
+  // nccl-tests' short and long names: -g/--ngpus, -b/--minbytes, -e/--maxbytes, -f/--stepfactor,
+  // -n/--iters, -w/--warmup_iters.
+  const auto p = parse_settings({"-g", "2,3", "-b", "1K", "-e", "64M", "-f", "4", "-n", "7", "-w", "2"});
+  REQUIRE(p.error.empty());
   CHECK(p.settings.device_counts == std::vector<int>{2, 3});
   CHECK(p.settings.min_bytes == 1024);
   CHECK(p.settings.max_bytes == std::size_t(64) << 20);
+  CHECK(p.settings.step_factor == 4);
   CHECK(p.settings.iters == 7);
+  CHECK(p.settings.warmup == 2);
+  const auto l = parse_settings({"--ngpus=4", "--minbytes=8", "--maxbytes=1G", "--stepfactor=8", "--warmup_iters=0",
+                                 "--iters=3"});
+  REQUIRE(l.error.empty());
+  CHECK(l.settings.device_counts == std::vector<int>{4});
+  CHECK(l.settings.max_bytes == std::size_t(1) << 30);
+  CHECK(l.settings.step_factor == 8);
+  CHECK(l.settings.warmup == 0);
+  // The names of before still work.
+  const auto old = parse_settings({"--devices", "1,2", "--min-bytes", "4", "--max-bytes", "4K", "--warmup", "1"});
+  REQUIRE(old.error.empty());
+  CHECK(old.settings.device_counts == std::vector<int>{1, 2});
+  CHECK(old.settings.max_bytes == 4096);
+  CHECK(old.settings.warmup == 1);
 
-  CHECK(parse_settings({"--devices", "2,,4"}).error == "--devices needs a comma-separated list of device counts from 1 to 64, got '2,,4'");
-  CHECK(parse_settings({"--devices", "0"}).error.find("--devices needs") == 0);
-  CHECK(parse_settings({"--min-bytes", "2"}).error.find("at least 4") != std::string::npos);
-  CHECK(parse_settings({"--max-bytes", "12X"}).error.find("--max-bytes needs") == 0);
-  CHECK(parse_settings({"--min-bytes", "1M", "--max-bytes", "1K"}).error.find("is larger than") != std::string::npos);
-  CHECK(parse_settings({"--iters", "-1"}).error == "--iters must be zero or more, got -1");
-  CHECK(parse_settings({"--alpha-us", "x"}).error.find("--alpha-us needs") == 0);
-  CHECK(parse_settings({"--bogus", "1"}).error == "unknown option '--bogus'");
-  CHECK(parse_settings({"--warmup"}).error == "--warmup needs a value");
-  CHECK(parse_settings({"--help"}).help);
-
-  // The same rules as every chapter's command line (common/cli.h): '--flag=value', -h, an empty
-  // value refused, an unknown flag named wherever it stands (even last, with no value after it).
-  const auto e = parse_settings({"--max-bytes=1K", "--devices=1,2", "--out=x"});
-  CHECK(e.error.empty());
-  CHECK(e.settings.max_bytes == 1024);
-  CHECK(e.settings.device_counts == std::vector<int>{1, 2});
-  CHECK(e.settings.out == "x");
-  CHECK(parse_settings({"-h"}).help);
-  CHECK(parse_settings({"--out", ""}).error == "--out needs a directory");
-  CHECK(parse_settings({"--out="}).error == "--out needs a directory");
-  CHECK(parse_settings({"--devices", "2", "--bogus"}).error == "unknown option '--bogus'");
-  CHECK(parse_settings({"--devices", "2", "stray"}).error == "unexpected argument 'stray'");
-
+  // Sizes as nccl-tests reads them: K, M, G in either case, and fractions of them.
+  CHECK(parse_settings({"-e", "1.5k"}).settings.max_bytes == 1536);
+  CHECK(parse_settings({"-e", "2m"}).settings.max_bytes == std::size_t(2) << 20);
+  CHECK(parse_settings({"-e", "1.1"}).error.find("--maxbytes: needs a byte count") == 0);
+  CHECK(parse_settings({"-e", "12X"}).error.find("--maxbytes: needs a byte count") == 0);
+  CHECK(parse_settings({"-e", "+4K"}).error.find("--maxbytes: needs a byte count") == 0);
   // A size is a whole number of floats: 1023 bytes is not rounded down to 1020 without a word.
-  CHECK(parse_settings({"--max-bytes", "1023"}).error.find("--max-bytes 1023 is not a multiple of 4") == 0);
-  CHECK(parse_settings({"--min-bytes", "6"}).error.find("--min-bytes 6 is not a multiple of 4") == 0);
-  CHECK(parse_settings({"--max-bytes", "4K"}).error.empty());
+  CHECK(parse_settings({"-e", "1023"}).error == "--maxbytes: 1023 is not a multiple of 4: the messages are floats, 4 bytes each");
+  CHECK(parse_settings({"-b", "6"}).error.find("--minbytes: 6 is not a multiple of 4") == 0);
+  CHECK(parse_settings({"-b", "2"}).error == "--minbytes: must be at least 4 (one float), got 2");
+  CHECK(parse_settings({"-b", "1M", "-e", "1K"}).error == "--minbytes 1048576 is larger than --maxbytes 1024");
+
+  // The sizes measured: times -f, or plus -i.
+  CHECK(bench::message_sizes(parse_settings({"-b", "1K", "-e", "64K", "-f", "4"}).settings) ==
+        std::vector<std::size_t>{1024, 4096, 16384, 65536});
+  CHECK(bench::message_sizes(parse_settings({"-b", "4", "-e", "20", "-i", "8"}).settings) ==
+        std::vector<std::size_t>{4, 12, 20});
+  CHECK(bench::message_sizes(defaults.settings).size() == 27);  // 4 B to 256 MiB, doubling
+  CHECK(parse_settings({"-f", "1"}).error == "--stepfactor: must be at least 2, got 1");
+  CHECK(parse_settings({"-f", "4", "-i", "1K"}).error.find("--stepfactor and --stepbytes") == 0);
+  CHECK(parse_settings({"-b", "4", "-e", "1M", "-i", "4"}).error.find("--stepbytes 4 makes more than 1000 sizes") == 0);
+
+  const std::string counts = "--ngpus: needs a comma-separated list of device counts from 1 to 64, got ";
+  CHECK(parse_settings({"-g", "2,,4"}).error == counts + "'2,,4'");
+  CHECK(parse_settings({"-g", "2,"}).error == counts + "'2,'");
+  CHECK(parse_settings({"-g", "0"}).error == counts + "'0'");
+  CHECK(parse_settings({"-g", "65"}).error == counts + "'65'");
+  CHECK(parse_settings({"-n", "-1"}).error == "--iters: must be zero or more, got -1");
+  CHECK(parse_settings({"--alpha-us", "x"}).error == "--alpha-us: needs a number, got 'x'");
+  CHECK(parse_settings({"--bogus", "1"}).error == "unknown option '--bogus'");
+  CHECK(parse_settings({"-w"}).error == "--warmup_iters needs a value");
+  CHECK(parse_settings({"--help"}).help);
+  CHECK(parse_settings({"-h"}).help);
+  CHECK(parse_settings({"--out", ""}).error == "--out: needs a directory");
+  CHECK(parse_settings({"-g", "2", "stray"}).error.find("stray") != std::string::npos);
 
   // Real values are checked after conversion, and within what the cost model can print.
-  CHECK(parse_settings({"--alpha-us", "1e300"}).error == "--alpha-us must be at most 1000000, got 1e300");
-  CHECK(parse_settings({"--alpha-us", "-1"}).error == "--alpha-us must be zero or more, got -1");
+  CHECK(parse_settings({"--alpha-us", "1e300"}).error == "--alpha-us: must be at most 1000000, got 1e300");
+  CHECK(parse_settings({"--alpha-us", "-1"}).error == "--alpha-us: must be zero or more, got -1");
   CHECK(parse_settings({"--alpha-us", "0"}).error.empty());
 
-  // --iters 0 picks the count from the warmup's time, so it needs a warmup to time.
-  CHECK(parse_settings({"--warmup", "0"}).error.find("--iters 0 ") == 0);
-  CHECK(parse_settings({"--warmup", "0", "--iters", "5"}).error.empty());
+  // -n 0 picks the count from the warmup's time, so it needs a warmup to time.
+  CHECK(parse_settings({"-w", "0"}).error.find("--iters 0 ") == 0);
+  CHECK(parse_settings({"-w", "0", "-n", "5"}).error.empty());
+}
 
+TEST_CASE("the benchmark's memory check") {
   // The memory a run takes, counted before it starts (a run that does not fit is refused): at
   // 1 MiB on 4 devices, a buffer each (4 MiB), the ring's staging (a quarter each, 1 MiB), the
   // naive allreduce's (1 MiB, device 0), and the check's two host copies (2 MiB).

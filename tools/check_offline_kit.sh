@@ -91,6 +91,11 @@ inside() {
   report=$(sed -n '/mgpu configuration/,/dataset/p' "$work/configure.log")
   echo "$report"
   grep -q "doctest    doctest" <<<"$report" || { echo "FAIL: CMake did not find the kit's doctest"; return 1; }
+  # CLI11 and nlohmann-json are not hidden (every configure needs them): the kit's must be the one found, before the machine's.
+  grep -q "^CLI11_DIR:PATH=$work/kit/" "$build/CMakeCache.txt" || { echo "FAIL: CMake did not take the kit's CLI11"; return 1; }
+  # nlohmann-json likewise (every run writes a JSON).
+  grep -q "^nlohmann_json_DIR:PATH=$work/kit/" "$build/CMakeCache.txt" ||
+    { echo "FAIL: CMake did not take the kit's nlohmann-json"; return 1; }
   grep -q "MPI        MPI" <<<"$report" || { echo "FAIL: CMake did not find the kit's MPI"; return 1; }
   grep -q "dataset    $work/kit/fashion-mnist" <<<"$report" || { echo "FAIL: the dataset is not the kit's"; return 1; }
   echo "-- build"

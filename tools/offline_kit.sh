@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # offline_kit.sh: gathers, on a Debian 12 machine, what building and checking this repository
-# needs beside a compiler, CMake and the CUDA toolkit (doctest, nlohmann-json, zlib's headers, Open MPI, the
-# dataset) into one folder that can be copied to a GPU machine where nothing can be installed:
+# needs beside a compiler, CMake and the CUDA toolkit (doctest, CLI11, nlohmann-json, zlib's
+# headers, Open MPI, the dataset) into one folder that can be copied to a GPU machine where nothing can be installed:
 # a cluster node without root, a container image, a machine with no network.
 #
 #   tools/offline_kit.sh                    writes offline-kit/ in the repository
@@ -29,6 +29,7 @@ readonly repo_root
 readonly base_packages=(
   doctest-dev             # the tests (header-only, with its CMake package)
   nlohmann-json3-dev      # every run's JSON (header-only, with its CMake package)
+  libcli11-dev            # every program's command line (header-only, with its CMake package)
   zlib1g-dev zlib1g       # the dataset loader reads gzip with zlib: its header and libz.so
   dataset-fashion-mnist   # the four .gz files
 )
@@ -42,7 +43,7 @@ readonly mpi_packages=(
 usage() {
   cat <<EOF
 usage: $program_name [options]
-  gathers doctest, nlohmann-json, zlib's headers, Open MPI and Fashion-MNIST from Debian's packages into one
+  gathers doctest, CLI11, nlohmann-json, zlib's headers, Open MPI and Fashion-MNIST from Debian's packages into one
   folder, to build and check this repository on a machine where nothing can be installed;
   there: source DIR/env.sh, then build as usual (or run tools/gpu_check.sh)
 

@@ -1,8 +1,10 @@
 // Chapter 01: LeNet from raw parameter arrays, trained on one device.
-//   build/bin/01_lenet [--epochs 10] [--batch-size 256] [--lr 0.2] ...   (--help for all)
+//   build/bin/01_lenet [--epochs 10] [-b 256] [--lr 0.2] ...   (--help for all)
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>  // CLI::App: where the chapter declares its own flags
 
 #include "common/batches.h"  // largest_batch
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
@@ -18,20 +20,13 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/1, /*max_devices=*/1};
   // The shared flags, and this chapter's own: --profile on|off, --graph on|off.
   bool profile = false, graph = true;
-  auto on_off = [](bool& value) {
-    return [&value](const std::string& flag, const std::string& v) -> std::string {
-      if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-      value = v == "on";
-      return "";
-    };
-  };
-  const mgpu::FlagTable own = {{"--profile", on_off(profile)}, {"--graph", on_off(graph)}};
-  const mgpu::Options o = mgpu::parse_command_line(
-      argc, argv, chapter, own,
-      "  --profile on|off  before training, time one step kernel by kernel and print the\n"
-      "                    table (default off)\n"
-      "  --graph on|off    record one training step and replay it for every full batch (a CUDA\n"
-      "                    graph on a GPU: one launch instead of dozens; default on)\n");
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, [&](CLI::App& app) {
+    mgpu::add_on_off(app, "--profile", profile,
+                     "before training, time one step kernel by kernel and print the table");
+    mgpu::add_on_off(app, "--graph", graph,
+                     "record one training step and replay it for every full batch (a CUDA graph on a GPU: "
+                     "one launch instead of dozens)");
+  });
   try {
     const mgpu::DeviceSet devices(1);
     std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,

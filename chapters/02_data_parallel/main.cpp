@@ -1,13 +1,15 @@
 // Chapter 02: data-parallel training from scratch. Trains LeNet on 1 device, then on k
 // (--devices, default 2), from the same initial weights and the same batches, and compares.
 // --trainer picks the step: ddp (data_parallel.h, the default) or dataparallel (nn_data_parallel.h, PyTorch's nn.DataParallel).
-//   build/bin/02_data_parallel [--devices 2] [--trainer ddp] [--epochs 10] [--batch-size 256] ...
+//   build/bin/02_data_parallel [--devices 2] [--trainer ddp] [--epochs 10] [-b 256] ...
 #include <cstdio>
 #include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <CLI/CLI.hpp>  // CLI::App: where the chapter declares its own flags
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
@@ -24,24 +26,16 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/2, /*max_devices=*/1024};
   // The shared flags, and this chapter's own: --trainer ddp|dataparallel, --baseline on|off.
   bool dataparallel = false, baseline = true;
-  const mgpu::FlagTable own = {
-      {"--trainer", [&dataparallel](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "ddp" && v != "dataparallel") return flag + " must be 'ddp' or 'dataparallel', got '" + v + "'";
-         dataparallel = v == "dataparallel";
-         return "";
-       }},
-      {"--baseline", [&baseline](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-         baseline = v == "on";
-         return "";
-       }}};
-  const mgpu::Options o = mgpu::parse_command_line(
-      argc, argv, chapter, own,
-      "  --trainer ddp|dataparallel  ddp (default): every device steps, gradients allreduced;\n"
-      "                              dataparallel: torch.nn.DataParallel's step, device 0 holds the\n"
-      "                              master parameters, the loss and the update (evaluates on device 0)\n"
-      "  --baseline on|off           on (default): train on 1 device first, then on --devices, and\n"
-      "                              compare; off: the --devices run alone (half the time for 2)\n");
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, [&](CLI::App& app) {
+    app.add_option_function<std::string>(
+           "--trainer", [&dataparallel](const std::string& v) { dataparallel = v == "dataparallel"; },
+           "ddp: every device steps, gradients allreduced; dataparallel: torch.nn.DataParallel's step, "
+           "device 0 holds the master parameters, the loss and the update (and evaluates)")
+        ->check(CLI::IsMember({"ddp", "dataparallel"}))
+        ->default_str("ddp");
+    mgpu::add_on_off(app, "--baseline", baseline,
+                     "train on 1 device first, then on --devices, and compare; off: the --devices run alone");
+  });
   try {
     {
       const mgpu::DeviceSet all(o.devices);

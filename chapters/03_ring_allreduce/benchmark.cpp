@@ -116,7 +116,7 @@ std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings&
   std::printf("\n");
 
   std::vector<Measurement> results;
-  for (std::size_t bytes = settings.min_bytes; bytes <= settings.max_bytes; bytes *= 2) {
+  for (std::size_t bytes : message_sizes(settings)) {
     const std::size_t n = bytes / sizeof(float);
     std::printf(" %11zu %14zu", n * sizeof(float), n);
     for (const auto& c : collectives) {

@@ -35,11 +35,14 @@ using CollectiveFactory = std::function<Collectives(const DeviceSet& devices, st
 // Chapter 02's allreduce (one transfer of the whole buffer) and chapter 03's ring.
 Collectives naive_and_ring(const DeviceSet& devices, std::size_t max_elements);
 
+// The command line, as nccl-tests' (-g -b -e -f -i -w -n; benchmark_program.cpp says how -g maps).
 struct Settings {
-  std::vector<int> device_counts = {2, 4, 8};
-  std::size_t min_bytes = 4, max_bytes = std::size_t(256) << 20;  // doubling from min to max
-  int warmup = 5;         // untimed runs before the check
-  int iters = 0;          // timed runs; 0: as many as fill ~0.2 s (at least 10)
+  std::vector<int> device_counts = {2, 4, 8};                      // -g: one run per count
+  std::size_t min_bytes = 4, max_bytes = std::size_t(256) << 20;  // -b, -e
+  std::size_t step_factor = 2;  // -f: each size is the one before times this...
+  std::size_t step_bytes = 0;   // -i: ...or, when > 0, plus this many bytes
+  int warmup = 5;         // -w: untimed runs before the check
+  int iters = 0;          // -n: timed runs; 0: as many as fill ~0.2 s (at least 10)
   double alpha_us = 5;    // the cost model's alpha for the published interconnects
   std::string out = "results";
 };
@@ -49,11 +52,14 @@ struct ParsedSettings {
   bool help = false;
   std::string error;  // non-empty: why the command line was refused
 };
-// The command line's settings, starting from `defaults`: common/cli.h's parser (--flag value,
-// --flag=value, -h) with the benchmark's own flags. Pure, so the tests can call it.
+// The sizes measured: from min_bytes to max_bytes, by step_factor or step_bytes.
+std::vector<std::size_t> message_sizes(const Settings& settings);
+
+// The command line's settings, starting from `defaults`, read with CLI11 as every program's
+// (common/cli.h), with the benchmark's own flags. Pure, so the tests can call it.
 ParsedSettings parse_settings(const std::vector<std::string>& args, const Settings& defaults = Settings{});
 std::string usage(const std::string& program, const Settings& defaults = Settings{});
-// For main(): parse, or print the reason and the usage and exit(2); --help, -h exit 0.
+// For main(): parse, or mgpu::refuse_command_line (exit 2); --help, -h print the usage, exit 0.
 Settings parse_command_line(int argc, char** argv, const std::string& program, const Settings& defaults = Settings{});
 
 // The memory a run on `devices` devices allocates at settings.max_bytes, counted before anything

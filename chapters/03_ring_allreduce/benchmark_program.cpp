@@ -2,7 +2,9 @@
 // model beside them. Chapter 03's 03_allreduce_bench compares naive and ring; chapter 04's
 // adds NCCL by passing one more collective.
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,74 +27,110 @@ namespace {
 
 using mgpu::gib;
 
-// "4096", "4K", "512K", "256M", "1G" (K, M, G: powers of 1024), up to 1 TiB.
-std::optional<long long> to_bytes(const std::string& s) {
+// A byte count as nccl-tests reads one: a number, then K, M or G (powers of 1024, either case):
+// "4096", "512K", "1.5M", "1g". Here it must also come to a whole number of floats, at most 1 TiB.
+std::optional<std::size_t> to_bytes(const std::string& s) {
   if (s.empty()) return std::nullopt;
-  long long unit = 1;
-  std::string digits = s;
+  double unit = 1;
   switch (s.back()) {
-    case 'K': unit = 1LL << 10; break;
-    case 'M': unit = 1LL << 20; break;
-    case 'G': unit = 1LL << 30; break;
+    case 'K': case 'k': unit = 1 << 10; break;
+    case 'M': case 'm': unit = 1 << 20; break;
+    case 'G': case 'g': unit = 1 << 30; break;
     default: break;
   }
-  if (unit != 1) digits.pop_back();
-  const auto n = mgpu::to_integer(digits);
-  if (!n || *n < 0 || *n > (1LL << 40) / unit) return std::nullopt;
-  return *n * unit;
+  const auto n = mgpu::to_real(unit == 1 ? s : s.substr(0, s.size() - 1));
+  if (!n || *n < 0 || *n * unit > double(1ULL << 40) || *n * unit != std::floor(*n * unit)) return std::nullopt;
+  return static_cast<std::size_t>(*n * unit);
 }
 
-// A message size. The messages are floats, so a size is a whole number of them: 1023 bytes
-// would silently be measured as 1020.
-mgpu::FlagSetter byte_count_flag(std::size_t& dst) {
-  return [&dst](const std::string& flag, const std::string& v) -> std::string {
-    const auto bytes = to_bytes(v);
-    if (!bytes) return flag + " needs a byte count up to 1024G (such as 4096, 512K, 256M, 1G), got '" + v + "'";
-    if (*bytes < 4) return flag + " must be at least 4 (one float), got " + v;
-    if (*bytes % 4 != 0) return flag + " " + v + " is not a multiple of 4: the messages are floats, 4 bytes each";
-    dst = static_cast<std::size_t>(*bytes);
-    return "";
-  };
+// The check of a message size as typed: the messages are floats, so a size is a whole number
+// of them (1023 bytes would silently be measured as 1020).
+std::string check_byte_count(const std::string& v) {
+  const auto bytes = to_bytes(v);
+  if (!bytes) return "needs a byte count up to 1024G (such as 4096, 512K, 256M, 1G), got '" + v + "'";
+  if (*bytes < 4) return "must be at least 4 (one float), got " + v;
+  if (*bytes % 4 != 0) return v + " is not a multiple of 4: the messages are floats, 4 bytes each";
+  return "";
 }
 
 // "2,4,8": each from 1 to 64.
-mgpu::FlagSetter device_counts_flag(std::vector<int>& dst) {
-  return [&dst](const std::string& flag, const std::string& v) -> std::string {
-    std::vector<int> counts;
-    std::size_t start = 0;
-    while (start <= v.size()) {
-      const std::size_t comma = std::min(v.find(',', start), v.size());
-      const auto k = mgpu::to_integer(v.substr(start, comma - start));
-      if (!k || *k < 1 || *k > 64)
-        return flag + " needs a comma-separated list of device counts from 1 to 64, got '" + v + "'";
-      counts.push_back(static_cast<int>(*k));
-      start = comma + 1;
-    }
-    dst = counts;
-    return "";
-  };
+std::optional<std::vector<int>> to_device_counts(const std::string& v) {
+  std::vector<int> counts;
+  std::stringstream in(v + ",");  // a trailing comma: "2," has an empty last count
+  for (std::string word; std::getline(in, word, ',');) {
+    const auto k = mgpu::to_integer(word);
+    if (!k || *k < 1 || *k > 64) return std::nullopt;
+    counts.push_back(static_cast<int>(*k));
+  }
+  return counts;
 }
 
-mgpu::FlagTable bench_flags(Settings& s) {
-  return {
-      {"--devices", device_counts_flag(s.device_counts)},
-      {"--min-bytes", byte_count_flag(s.min_bytes)},
-      {"--max-bytes", byte_count_flag(s.max_bytes)},
-      {"--warmup", mgpu::integer_flag(s.warmup, 0, 1'000'000)},
-      {"--iters", mgpu::integer_flag(s.iters, 0, 1'000'000)},
-      {"--alpha-us", mgpu::real_flag(s.alpha_us, 0, 1e6)},  // up to 1 s: beyond, the tables say nothing
-      {"--out", mgpu::text_flag(s.out, "a directory")},
+// nccl-tests' flags, with the names this benchmark had before as aliases (--min-bytes, ...).
+struct Flags {
+  CLI::Option *stepfactor, *stepbytes;
+};
+Flags add_bench_flags(CLI::App& app, Settings& s) {
+  const auto bytes = [&app](const std::string& names, std::size_t& dst, const std::string& help) {
+    return app
+        .add_option_function<std::string>(names, [&dst](const std::string& v) { dst = *to_bytes(v); }, help)
+        ->type_name("BYTES")
+        ->check(check_byte_count)
+        ->default_str(std::to_string(dst));
   };
+  std::string counts;  // as the usage shows the default: 2,4,8
+  for (int k : s.device_counts) counts += (counts.empty() ? "" : ",") + std::to_string(k);
+  app.add_option_function<std::string>(
+         "-g,--ngpus,--devices", [&s](const std::string& v) { s.device_counts = *to_device_counts(v); },
+         "device counts to measure, each 1 to 64, comma-separated; each count is one run of nccl-tests' "
+         "-t 1 -g K (see below)")
+      ->type_name("LIST")
+      ->check([](const std::string& v) {
+        return to_device_counts(v) ? "" : "needs a comma-separated list of device counts from 1 to 64, got '" + v + "'";
+      })
+      ->default_str(counts);
+  bytes("-b,--minbytes,--min-bytes", s.min_bytes, "smallest message, a multiple of 4 bytes (floats); K, M, G suffixes");
+  bytes("-e,--maxbytes,--max-bytes", s.max_bytes, "largest message, at most 1024G");
+  Flags f;
+  f.stepfactor = app.add_option("-f,--stepfactor", s.step_factor, "each size is the one before times F")
+                     ->check(mgpu::integer(2, 1024))
+                     ->capture_default_str();
+  f.stepbytes = bytes("-i,--stepbytes", s.step_bytes, "each size is the one before plus N bytes (instead of -f)");
+  app.add_option("-w,--warmup_iters,--warmup", s.warmup, "untimed runs before the check, 0 to 1000000")
+      ->check(mgpu::integer(0, 1'000'000))
+      ->capture_default_str();
+  app.add_option("-n,--iters", s.iters,
+                 "timed runs per size, 0 to 1000000; 0: enough for ~0.2 s by the warmup's time, at least 10")
+      ->check(mgpu::integer(0, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--alpha-us", s.alpha_us, "the cost model's per-operation latency on the published links, 0 to 1e6")
+      ->check(mgpu::real(0, 1e6))  // up to 1 s: beyond, the tables say nothing
+      ->capture_default_str();
+  app.add_option("--out", s.out, "where the CSV files and the plot go")->check(mgpu::text("a directory"))->capture_default_str();
+  app.footer(
+      "How the flags map to nccl-tests': -b -e -f -i -n -w mean what they mean there (the defaults differ).\n"
+      "nccl-tests runs threads (-t) x GPUs per thread (-g) ranks in each process. Here one process and one\n"
+      "thread drive every device, so -g K is nccl-tests' -t 1 -g K: K ranks; a list measures each count\n"
+      "in turn. A device is logical: in the cuda build device i is on GPU i % (GPUs seen), so K may\n"
+      "exceed the GPUs (they are shared; chapter 04's NCCL column needs one GPU each), and in the cpu\n"
+      "build a device is a worker thread with its share of the cores.\n"
+      "Memory: K devices at -e S hold (K + 2) S on the devices (a buffer each, the ring's and the naive\n"
+      "allreduce's staging) and 2 S on the host (the check); a run that does not fit (host memory in the\n"
+      "cpu build, each GPU's in the cuda build) is refused before it starts.");
+  return f;
 }
 
 // The checks between flags, once all are read.
-std::string check_settings(const Settings& s) {
+std::string check_settings(const Settings& s, const Flags& f) {
   if (s.min_bytes > s.max_bytes)
-    return "--min-bytes " + std::to_string(s.min_bytes) + " is larger than --max-bytes " +
-           std::to_string(s.max_bytes);
+    return "--minbytes " + std::to_string(s.min_bytes) + " is larger than --maxbytes " + std::to_string(s.max_bytes);
+  if (f.stepfactor->count() > 0 && f.stepbytes->count() > 0)
+    return "--stepfactor and --stepbytes are two ways to step through the sizes: give one";
+  if (s.step_bytes > 0 && (s.max_bytes - s.min_bytes) / s.step_bytes >= 1000)
+    return "--stepbytes " + std::to_string(s.step_bytes) + " makes more than 1000 sizes from " +
+           std::to_string(s.min_bytes) + " to " + std::to_string(s.max_bytes) + " bytes: a larger step, or -f";
   if (s.iters == 0 && s.warmup == 0)
     return "--iters 0 (the default) chooses the number of timed runs from the time of the warmup runs: "
-           "give --warmup 1 or more, or --iters N";
+           "give --warmup_iters 1 or more, or --iters N";
   return "";
 }
 
@@ -105,8 +143,8 @@ std::string memory_refusal(const Settings& s) {
   const mgpu::MemoryAvailable host = mgpu::host_memory_available();
   for (int k : s.device_counts) {
     const MemoryNeed need = memory_needed(s, k, gpus);
-    const std::string run = "a run on " + std::to_string(k) + " devices at --max-bytes " + gib(s.max_bytes) + " needs ";
-    const std::string advice = ": lower --max-bytes or the device counts";
+    const std::string run = "a run on " + std::to_string(k) + " devices at --maxbytes " + gib(s.max_bytes) + " needs ";
+    const std::string advice = ": lower --maxbytes (-e) or the device counts (-g)";
     if (need.host_bytes > host.bytes)
       return run + gib(need.host_bytes) + " of host memory, and " + gib(host.bytes) + " is available (" +
              host.source + ")" + advice;
@@ -120,10 +158,6 @@ std::string memory_refusal(const Settings& s) {
 #endif
   }
   return "";
-}
-
-void refuse(const std::string& program, const std::string& why, const Settings& defaults) {
-  std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), why.c_str(), usage(program, defaults).c_str());
 }
 
 std::string human_bytes(double bytes) {
@@ -190,8 +224,7 @@ void write_model_csv(const std::string& path, const cost::SharedMemory& shared, 
   // One model and device count after another: a plotting tool then draws each as one line.
   const auto rows = [&](const std::string& name, const auto& model) {
     for (int k : settings.device_counts)
-      for (std::size_t bytes = settings.min_bytes; bytes <= settings.max_bytes; bytes *= 2)
-        row(name, model, k, double(bytes));
+      for (std::size_t bytes : message_sizes(settings)) row(name, model, k, double(bytes));
   };
   rows("this machine (shared memory)", shared);
   for (const cost::Interconnect& c : cost::published_interconnects(settings.alpha_us * 1e-6)) rows(c.name, c);
@@ -200,36 +233,41 @@ void write_model_csv(const std::string& path, const cost::SharedMemory& shared, 
 
 }  // namespace
 
+std::vector<std::size_t> message_sizes(const Settings& s) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes = s.step_bytes ? bytes + s.step_bytes : bytes * s.step_factor)
+    sizes.push_back(bytes);
+  return sizes;
+}
+
+namespace {
+
+// The benchmark's app, bound to `settings`; the flags it returns say which were given.
+Flags declare(CLI::App& app, Settings& settings) {
+  mgpu::prepare_app(app);
+  return add_bench_flags(app, settings);
+}
+
+const char* const kSummary = "allreduce bandwidth, nccl-tests style: time, algbw, busbw and wrong elements per size";
+
+}  // namespace
+
 std::string usage(const std::string& program, const Settings& defaults) {
-  std::string counts;
-  for (int k : defaults.device_counts) counts += (counts.empty() ? "" : ",") + std::to_string(k);
-  return "usage: " + program +
-         " [options]\n"
-         "  allreduce bandwidth, nccl-tests style: time, algbw, busbw and wrong elements per size\n\n"
-         "options (--flag value or --flag=value):\n"
-         "  --devices LIST    device counts to measure, comma-separated, each 1 to 64 (default " + counts + ")\n"
-         "  --min-bytes N     smallest message, a multiple of 4 bytes (floats); K, M, G suffixes allowed\n"
-         "                    (default 4)\n"
-         "  --max-bytes N     largest message, reached by doubling, at most 1024G (default 256M)\n"
-         "  --warmup N        untimed runs before the check, 0 to 1000000 (default 5)\n"
-         "  --iters N         timed runs per size, 0 to 1000000; 0: enough for ~0.2 s by the warmup's\n"
-         "                    time, at least 10 (default 0)\n"
-         "  --alpha-us X      the cost model's per-operation latency on the published links, 0 to 1e6\n"
-         "                    (default 5)\n"
-         "  --out DIR         where the CSV files and the plot go (default results/)\n"
-         "  --help, -h        this text\n"
-         "memory: k devices at --max-bytes S hold (k + 2) S on the devices (a buffer each, the ring's and\n"
-         "the naive allreduce's staging) and 2 S on the host (the check); a run that does not fit\n"
-         "(host memory in the cpu build, each GPU's in the cuda build) is refused before it starts.\n";
+  Settings s = defaults;
+  CLI::App app{kSummary, program};
+  declare(app, s);
+  return app.help();
 }
 
 ParsedSettings parse_settings(const std::vector<std::string>& args, const Settings& defaults) {
   ParsedSettings r;
   r.settings = defaults;
-  const mgpu::FlagsResult f = mgpu::parse_flags(args, bench_flags(r.settings));
-  r.help = f.help;
-  r.error = f.error;
-  if (!r.help && r.error.empty()) r.error = check_settings(r.settings);
+  CLI::App app{kSummary, "allreduce_bench"};
+  const Flags flags = declare(app, r.settings);
+  const mgpu::Parsed p = mgpu::parse(app, args);
+  r.help = p.help;
+  r.error = p.error;
+  if (!r.help && r.error.empty()) r.error = check_settings(r.settings, flags);
   return r;
 }
 
@@ -239,10 +277,7 @@ Settings parse_command_line(int argc, char** argv, const std::string& program, c
     std::printf("%s", usage(program, defaults).c_str());
     std::exit(0);
   }
-  if (!parsed.error.empty()) {
-    refuse(program, parsed.error, defaults);
-    std::exit(2);
-  }
+  if (!parsed.error.empty()) mgpu::refuse_command_line(program, parsed.error);
   return parsed.settings;
 }
 
@@ -269,10 +304,8 @@ int main_program(int argc, char** argv, const std::string& program, const Collec
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const Settings settings = parse_command_line(argc, argv, program, defaults);
   try {
-    if (const std::string why = memory_refusal(settings); !why.empty()) {
-      refuse(program, why, defaults);  // too large for this machine: a bad command line here
-      return 2;
-    }
+    // Too large for this machine: a bad command line here.
+    if (const std::string why = memory_refusal(settings); !why.empty()) mgpu::refuse_command_line(program, why);
     namespace fs = std::filesystem;
     mgpu::prepare_output_folder(settings.out);  // before minutes of measuring
 

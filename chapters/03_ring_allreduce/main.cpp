@@ -2,7 +2,7 @@
 // (--devices, default 2) twice from the same start and the same batches: with chapter 02's
 // allreduce, then with the ring over one flat gradient bucket; plots both curves; then times
 // one step's allreduce three ways (per tensor, one flat bucket, ring).
-//   build/bin/03_ring_allreduce [--devices 2] [--epochs 10] [--batch-size 256] [--lr 0.2] ...
+//   build/bin/03_ring_allreduce [--devices 2] [--epochs 10] [-b 256] [--lr 0.2] ...
 #include <cstdio>
 #include <memory>
 #include <vector>

@@ -41,7 +41,7 @@ training() {
 
 bench() {
   local args=()
-  [ "$quick" = 1 ] && args=(--devices 2 --max-bytes 64K)
+  [ "$quick" = 1 ] && args=(-g 2 -e 64K)
   echo "== 03_allreduce_bench ${args[*]}"
   local log=$runs/bench.log
   "$build/bin/03_allreduce_bench" --out "$runs/out" ${args[@]+"${args[@]}"} >"$log" 2>&1 || { cat "$log"; exit 1; }

@@ -1,7 +1,7 @@
 // Chapter 03's benchmark with a third column set: NCCL's allreduce beside chapter 02's and the
 // ring, in one table and one plot. NCCL needs one GPU per rank, so by default the device
 // counts are 1, 2, 4, 8 up to the number of GPUs.
-//   build/bin/04_allreduce_bench [--devices 1,2] [--min-bytes 4] [--max-bytes 256M] ...
+//   build/bin/04_allreduce_bench [-g 1,2] [-b 4] [-e 256M] [-f 2] ...   (nccl-tests' flags)
 #include <algorithm>
 #include <cstdio>
 #include <memory>

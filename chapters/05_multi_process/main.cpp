@@ -66,8 +66,8 @@ std::optional<int> stop_for_command_line(const mp::World& w, const mp::CommandLi
   if (first_refusing < w.size) {
     if (w.rank == first_refusing) {
       const std::string who = w.size > 1 ? "rank " + std::to_string(w.rank) + ": " : "";
-      std::fprintf(stderr, "%s: %s%s\n\n%s", mp::kChapter.name.c_str(), who.c_str(), cl.error.c_str(),
-                   mp::usage().c_str());
+      std::fprintf(stderr, "%s: %s%s\nrun with --help for the usage\n", mp::kChapter.name.c_str(), who.c_str(),
+                   cl.error.c_str());
     }
     return 2;
   }

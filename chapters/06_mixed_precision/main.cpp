@@ -20,11 +20,9 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/2, /*max_devices=*/1024, /*default_lr=*/0.2f,
                                   /*eval_flag=*/false};
   mixed::MixedFlags flags;
-  mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, mixed::mixed_flags(flags), mixed::kMixedUsage);
-  if (const std::string why = mixed::resolve_defaults(flags); !why.empty()) {
-    std::fprintf(stderr, "06_mixed_precision: %s\n\n%s", why.c_str(), mgpu::usage(chapter, mixed::kMixedUsage).c_str());
-    return 2;
-  }
+  mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter,
+                                             [&flags](CLI::App& app) { mixed::add_mixed_flags(app, flags); });
+  if (const std::string why = mixed::resolve_defaults(flags); !why.empty()) mgpu::refuse_command_line(chapter.name, why);
   const mixed::MixedOptions& mo = flags.options;
   try {
     const mgpu::DeviceSet devices(o.devices);

@@ -6,6 +6,8 @@
 #include <memory>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
 #include "common/batches.h"
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/gemm.h"  // set_gemm_precision
@@ -38,67 +40,43 @@ std::optional<Precision> precision_named(const std::string& name) {
   return std::nullopt;
 }
 
-mgpu::FlagTable mixed_flags(MixedFlags& f) {
-  auto choice = [](const std::string& flag, const std::string& value, const char* a, const char* b) {
-    return flag + " must be '" + a + "' or '" + b + "', got '" + value + "'";
-  };
-  return {
-      {"--precision",
-       [&f](const std::string& flag, const std::string& v) -> std::string {
-         const auto p = precision_named(v);
-         if (!p) return flag + " must be fp32, tf32, bf16 or fp16, got '" + v + "'";
-         f.options.precision = *p;
-         return "";
-       }},
-      {"--loss-scale",
-       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "dynamic" && v != "none") return choice(flag, v, "dynamic", "none");
-         f.loss_scaling = v == "dynamic";
-         return "";
-       }},
-      {"--grad-bits",
-       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "32" && v != "16") return choice(flag, v, "32", "16");
-         f.grad_bits = v == "16" ? 16 : 32;
-         return "";
-       }},
-      {"--initial-scale",
-       [&f](const std::string& flag, const std::string& v) -> std::string {
-         float s = 0;
-         const std::string why = mgpu::positive_real_flag(s)(flag, v);
-         if (why.empty()) f.options.scaler.initial_scale = s;
-         return why;
-       }},
-      {"--scale-growth-interval", mgpu::integer_flag(f.options.scaler.growth_interval, 1)},
-      {"--accumulate", mgpu::integer_flag(f.options.accumulate, 1, 4096)},
-      {"--allreduce",
-       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "ring" && v != "nccl") return choice(flag, v, "ring", "nccl");
-         f.options.nccl = v == "nccl";
-         return "";
-       }},
-      {"--loss",
-       [&f, choice](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "sum" && v != "mean") return choice(flag, v, "sum", "mean");
-         f.options.mean_loss = v == "mean";
-         return "";
-       }},
-  };
+void add_mixed_flags(CLI::App& app, MixedFlags& f) {
+  MixedOptions& mo = f.options;
+  app.add_option_function<std::string>(
+         "--precision", [&mo](const std::string& v) { mo.precision = *precision_named(v); },
+         "what the GEMMs read their inputs as; the accumulation and the master weights are fp32 in every case")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
+      ->default_str("fp32");
+  app.add_option_function<std::string>(
+         "--loss-scale", [&f](const std::string& v) { f.loss_scaling = v == "dynamic"; },
+         "dynamic loss scaling (default: dynamic for fp16, none otherwise)")
+      ->check(CLI::IsMember({"dynamic", "none"}));
+  app.add_option("--initial-scale", mo.scaler.initial_scale, "the loss scale of the first step")
+      ->check(mgpu::positive_float())
+      ->capture_default_str();
+  app.add_option("--scale-growth-interval", mo.scaler.growth_interval, "clean steps before the scale doubles")
+      ->check(mgpu::integer(1))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--grad-bits", [&f](const std::string& v) { f.grad_bits = v == "16" ? 16 : 32; },
+         "gradients exchanged in fp32 or in the precision's 16-bit format (default: 16 for bf16 and fp16, "
+         "32 otherwise)")
+      ->check(CLI::IsMember({"32", "16"}));
+  app.add_option("--accumulate", mo.accumulate, "micro-batches of --batch-size per optimizer step")
+      ->check(mgpu::integer(1, 4096))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--allreduce", [&mo](const std::string& v) { mo.nccl = v == "nccl"; },
+         "the gradient exchange: chapter 03's ring, or NCCL (cuda build with NCCL, one GPU per device)")
+      ->check(CLI::IsMember({"ring", "nccl"}))
+      ->default_str("ring");
+  app.add_option_function<std::string>(
+         "--loss", [&mo](const std::string& v) { mo.mean_loss = v == "mean"; },
+         "the backward pass starts from the summed loss (d2l's) or the mean (PyTorch's): n times smaller "
+         "gradients, the same step")
+      ->check(CLI::IsMember({"sum", "mean"}))
+      ->default_str("sum");
 }
-
-const char* const kMixedUsage =
-    "  --precision fp32|tf32|bf16|fp16  what the GEMMs read their inputs as (default fp32);\n"
-    "                              the accumulation and the master weights are fp32 in every case\n"
-    "  --loss-scale dynamic|none   dynamic loss scaling (default: dynamic for fp16, none otherwise)\n"
-    "  --initial-scale X           the loss scale of the first step (default 65536)\n"
-    "  --scale-growth-interval N   clean steps before the scale doubles (default 200)\n"
-    "  --grad-bits 32|16           gradients exchanged in fp32 or in the precision's 16-bit format\n"
-    "                              (default: 16 for bf16 and fp16, 32 otherwise)\n"
-    "  --accumulate M              micro-batches of --batch-size per optimizer step (default 1)\n"
-    "  --allreduce ring|nccl       the gradient exchange: chapter 03's ring (default) or NCCL\n"
-    "                              (cuda build with NCCL, one GPU per device)\n"
-    "  --loss sum|mean             the backward pass starts from the summed loss (d2l's, default) or\n"
-    "                              the mean (PyTorch's): n times smaller gradients, the same step\n";
 
 std::string resolve_defaults(MixedFlags& f) {
   MixedOptions& mo = f.options;

@@ -42,16 +42,15 @@ struct MixedOptions {
   bool mean_loss = false;
 };
 
-// This chapter's flags (parse_command_line's own-flags hook) and their usage lines. The setters
-// store into `options`; the optionals `loss_scaling` and `grad_bits` note what the user chose,
-// so that resolve_defaults() fills in only the rest.
+// This chapter's flags, declared on the program's CLI11 app (parse_command_line's own flags).
+// They store into `options`; the optionals `loss_scaling` and `grad_bits` note what the user
+// chose, so that resolve_defaults() fills in only the rest.
 struct MixedFlags {
   MixedOptions options;
   std::optional<bool> loss_scaling;
   std::optional<int> grad_bits;
 };
-mgpu::FlagTable mixed_flags(MixedFlags& f);
-extern const char* const kMixedUsage;
+void add_mixed_flags(CLI::App& app, MixedFlags& f);
 // The defaults that depend on the precision (loss scaling for fp16; 16-bit gradients for bf16
 // and fp16), then the checks between flags. Returns why the combination is refused, or "".
 std::string resolve_defaults(MixedFlags& f);

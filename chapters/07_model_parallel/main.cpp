@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>  // CLI::App: where the chapter declares its own flags
+
 #include "common/batches.h"  // largest_batch, check_batches_fit
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
@@ -24,37 +26,64 @@ struct ChapterOptions {
   std::vector<int> cuts;  // --split; empty: pp::default_cuts
   bool split_given = false;
   int micro_batches = 4;
-  bool micro_given = false;
+  const CLI::Option* micro_option = nullptr;  // --micro-batches: given, or the default?
   pp::Schedule schedule = pp::Schedule::GPipe;
   int replicas = 1;        // --data-parallel
   int profile_steps = 10;  // --profile-steps
 };
 
-const char* kUsage =
-    "  --split L[,L2,..]       the first layer (1-3) of each stage after the first: layers are\n"
-    "                          0 conv1, 1 conv2, 2 dense3, 3 dense4 (default for 2 stages: 2)\n"
-    "  --schedule naive|gpipe|1f1b\n"
-    "                          naive: the whole batch at once (1 micro-batch); gpipe (default): all\n"
-    "                          forwards, then all backwards; 1f1b: one forward, one backward in turn\n"
-    "  --micro-batches M       micro-batches per step and replica, 1 to the batch size (default 4);\n"
-    "                          M need not divide the batch: the first ones take one example more\n"
-    "  --data-parallel R       R copies of the pipeline (the hybrid): --devices = stages x R (default 1)\n"
-    "  --profile-steps N       after training, time N steps device by device: the bubble and the\n"
-    "                          timeline (default 10; 0: none)\n";
-
-std::string parse_cuts(const std::string& flag, const std::string& v, std::vector<int>& cuts) {
+// "2" or "1,2": the first layer of each stage after the first. "" when the cuts are good, else why not.
+std::string parse_cuts(const std::string& v, std::vector<int>& cuts) {
   std::vector<int> out;
   std::stringstream in(v);
   for (std::string word; std::getline(in, word, ',');) {
     const auto n = mgpu::to_integer(word);
-    if (!n) return flag + " needs layer numbers separated by commas, e.g. 2 or 1,2, got '" + v + "'";
+    if (!n) return "needs layer numbers separated by commas, e.g. 2 or 1,2, got '" + v + "'";
     out.push_back(static_cast<int>(std::clamp<long long>(*n, -1000, 1000)));
   }
-  if (out.empty()) return flag + " needs at least one layer number, got '" + v + "'";
+  if (out.empty()) return "needs at least one layer number, got '" + v + "'";
   const std::string why = pp::check_cuts(out);
-  if (!why.empty()) return flag + " " + v + ": " + why;
+  if (!why.empty()) return v + ": " + why;
   cuts = out;
   return "";
+}
+
+// This chapter's flags, beside the shared ones; `split_given` and `micro_option` tell what the
+// user chose from the defaults.
+void add_flags(CLI::App& app, ChapterOptions& c) {
+  app.add_option_function<std::string>(
+         "--split",
+         [&c](const std::string& v) {
+           parse_cuts(v, c.cuts);  // the check below has accepted v
+           c.split_given = true;
+         },
+         "the first layer (1-3) of each stage after the first, e.g. 2 or 1,2: layers are 0 conv1, 1 conv2, "
+         "2 dense3, 3 dense4 (default for 2 stages: 2)")
+      ->check([](const std::string& v) {
+        std::vector<int> cuts;
+        return parse_cuts(v, cuts);
+      });
+  app.add_option_function<std::string>(
+         "--schedule",
+         [&c](const std::string& v) {
+           c.schedule = v == "naive" ? pp::Schedule::Naive : v == "1f1b" ? pp::Schedule::OneFOneB : pp::Schedule::GPipe;
+         },
+         "naive: the whole batch at once (1 micro-batch); gpipe: all forwards, then all backwards; "
+         "1f1b: one forward, one backward in turn")
+      ->check(CLI::IsMember({"naive", "gpipe", "1f1b"}))
+      ->default_str("gpipe");
+  c.micro_option = app.add_option("--micro-batches", c.micro_batches,
+                                  "micro-batches per step and replica, 1 to the batch size; they need not divide it "
+                                  "(the first ones take one example more)")
+                       ->check(mgpu::integer(1))
+                       ->capture_default_str();
+  app.add_option("--data-parallel", c.replicas, "R copies of the pipeline (the hybrid): --devices = stages x R")
+      ->check(mgpu::integer(1, 64))
+      ->capture_default_str();
+  app.add_option("--profile-steps", c.profile_steps,
+                 "after training, time N steps device by device: the bubble and the timeline (0: none)")
+      ->check(mgpu::integer(0, 10000))
+      ->capture_default_str();
 }
 
 // The checks between flags, once all are read: "" when they fit together.
@@ -71,7 +100,7 @@ std::string check(ChapterOptions& c, const mgpu::Options& o) {
     return "--split names " + std::to_string(c.cuts.size()) + " cut(s), but " + std::to_string(stages) + " stage(s) need " +
            std::to_string(stages - 1);
   if (c.schedule == pp::Schedule::Naive) {
-    if (c.micro_given && c.micro_batches != 1)
+    if (c.micro_option->count() > 0 && c.micro_batches != 1)
       return "--schedule naive runs the whole batch at once: --micro-batches must be 1, got " +
              std::to_string(c.micro_batches) + " (use gpipe or 1f1b)";
     c.micro_batches = 1;
@@ -122,30 +151,9 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
                                   /*eval_flag=*/false};
   ChapterOptions c;
-  const mgpu::FlagTable own = {
-      {"--split", [&c](const std::string& flag, const std::string& v) {
-         c.split_given = true;
-         return parse_cuts(flag, v, c.cuts);
-       }},
-      {"--micro-batches", [&c](const std::string& flag, const std::string& v) {
-         c.micro_given = true;
-         return mgpu::integer_flag(c.micro_batches, 1)(flag, v);
-       }},
-      {"--schedule", [&c](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "naive") c.schedule = pp::Schedule::Naive;
-         else if (v == "gpipe") c.schedule = pp::Schedule::GPipe;
-         else if (v == "1f1b") c.schedule = pp::Schedule::OneFOneB;
-         else return flag + " must be 'naive', 'gpipe' or '1f1b', got '" + v + "'";
-         return "";
-       }},
-      {"--data-parallel", mgpu::integer_flag(c.replicas, 1, 64)},
-      {"--profile-steps", mgpu::integer_flag(c.profile_steps, 0, 10000)},
-  };
-  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, own, kUsage);
-  if (const std::string why = check(c, o); !why.empty()) {
-    std::fprintf(stderr, "07_model_parallel: %s\n\n%s", why.c_str(), mgpu::usage(chapter, kUsage).c_str());
-    return 2;
-  }
+  const mgpu::Options o =
+      mgpu::parse_command_line(argc, argv, chapter, [&c](CLI::App& app) { add_flags(app, c); });
+  if (const std::string why = check(c, o); !why.empty()) mgpu::refuse_command_line(chapter.name, why);
   try {
     const int R = c.replicas, k = o.devices / R;
     pp::PipelineConfig config;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>  // CLI::App: where the chapter declares its own flags
+
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
@@ -19,59 +21,57 @@
 
 namespace {
 
-const char* const kOwnUsage =
-    "  --mode bsp|asp|ssp     bsp (default): wait for all k pushes, step once; asp: apply each push\n"
-    "                         as it arrives; ssp: as asp, but no worker runs more than --staleness\n"
-    "                         steps ahead of the slowest\n"
-    "  --staleness S          ssp's bound, 0..1000 (default 2); only with --mode ssp\n"
-    "  --servers S            server shards, each on its own device, 1..64 (default 1)\n"
-    "  --straggler I:F        worker I (0-based) takes F times as long per piece of work (F >= 1)\n"
-    "  (--devices K is the number of workers; the run uses K + S devices)\n";
-
 struct Flags {
   ps::Settings settings;
   int servers = 1;
-  bool staleness_given = false;
+  const CLI::Option* staleness_option = nullptr;  // --staleness: given, or the default?
   std::string straggler_text;  // as typed, for the run's name
 };
 
-// "I:F": a worker index and a slowdown factor.
-std::string read_straggler(const std::string& flag, const std::string& v, Flags& f) {
+// "I:F": a worker index and a slowdown factor, read into `f` ("" when good, else why not).
+std::string read_straggler(const std::string& v, Flags& f) {
   const std::size_t colon = v.find(':');
   const auto index = mgpu::to_integer(v.substr(0, colon));
   const auto factor = colon == std::string::npos ? std::nullopt : mgpu::to_real(v.substr(colon + 1));
-  if (!index || !factor) return flag + " needs WORKER:FACTOR, e.g. 0:3, got '" + v + "'";
-  if (*index < 0) return flag + ": the worker must be at least 0, got " + std::to_string(*index);
-  if (!(*factor >= 1 && *factor <= 100)) return flag + ": the factor must be from 1 to 100, got '" + v.substr(colon + 1) + "'";
+  if (!index || !factor) return "needs WORKER:FACTOR, e.g. 0:3, got '" + v + "'";
+  if (*index < 0) return "the worker must be at least 0, got " + std::to_string(*index);
+  if (!(*factor >= 1 && *factor <= 100)) return "the factor must be from 1 to 100, got '" + v.substr(colon + 1) + "'";
   f.settings.straggler = static_cast<int>(*index);
   f.settings.slowdown = *factor;
   f.straggler_text = std::to_string(*index) + "x" + v.substr(colon + 1);
   return "";
 }
 
-mgpu::FlagTable own_flags(Flags& f) {
-  return {
-      {"--mode",
-       [&f](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "bsp") f.settings.mode = ps::Mode::Bsp;
-         else if (v == "asp") f.settings.mode = ps::Mode::Asp;
-         else if (v == "ssp") f.settings.mode = ps::Mode::Ssp;
-         else return flag + " must be 'bsp', 'asp' or 'ssp', got '" + v + "'";
-         return "";
-       }},
-      {"--staleness",
-       [&f](const std::string& flag, const std::string& v) {
-         f.staleness_given = true;
-         return mgpu::integer_flag(f.settings.staleness, 0, 1000)(flag, v);
-       }},
-      {"--servers", mgpu::integer_flag(f.servers, 1, 64)},
-      {"--straggler", [&f](const std::string& flag, const std::string& v) { return read_straggler(flag, v, f); }},
-  };
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option_function<std::string>(
+         "--mode",
+         [&f](const std::string& v) {
+           f.settings.mode = v == "asp" ? ps::Mode::Asp : v == "ssp" ? ps::Mode::Ssp : ps::Mode::Bsp;
+         },
+         "bsp: wait for all k pushes, step once; asp: apply each push as it arrives; ssp: as asp, but no "
+         "worker runs more than --staleness steps ahead of the slowest")
+      ->check(CLI::IsMember({"bsp", "asp", "ssp"}))
+      ->default_str("bsp");
+  f.staleness_option = app.add_option("--staleness", f.settings.staleness, "ssp's bound (only with --mode ssp)")
+                           ->check(mgpu::integer(0, 1000))
+                           ->capture_default_str();
+  app.add_option("--servers", f.servers, "server shards, each on its own device")
+      ->check(mgpu::integer(1, 64))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--straggler", [&f](const std::string& v) { read_straggler(v, f); },
+         "worker I (0-based) takes F times as long per piece of work (F from 1 to 100); --devices K is "
+         "the number of workers, and the run uses K + S devices")
+      ->type_name("I:F")
+      ->check([](const std::string& v) {
+        Flags scratch;  // the check reads the value, the callback above stores it
+        return read_straggler(v, scratch);
+      });
 }
 
 // The checks between flags, once all are read: the reason, or "".
 std::string check_flags(const Flags& f, const mgpu::Options& o) {
-  if (f.staleness_given && f.settings.mode != ps::Mode::Ssp)
+  if (f.staleness_option->count() > 0 && f.settings.mode != ps::Mode::Ssp)
     return "--staleness is the bound of --mode ssp; it means nothing with --mode " + ps::mode_name(f.settings.mode);
   if (f.settings.straggler >= o.devices)
     return "--straggler " + std::to_string(f.settings.straggler) + ": there are only " + std::to_string(o.devices) +
@@ -187,11 +187,8 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
                                   /*eval_flag=*/false};
   Flags f;
-  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, own_flags(f), kOwnUsage);
-  if (const std::string why = check_flags(f, o); !why.empty()) {
-    std::fprintf(stderr, "08_parameter_server: %s\n%s", why.c_str(), mgpu::usage(chapter, kOwnUsage).c_str());
-    return 2;
-  }
+  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, [&f](CLI::App& app) { add_flags(app, f); });
+  if (const std::string why = check_flags(f, o); !why.empty()) mgpu::refuse_command_line(chapter.name, why);
   try {
     const ps::Placement placement{f.servers, o.devices};
     const mgpu::DeviceSet devices(placement.devices());

@@ -1,6 +1,6 @@
 // Chapter 09: d2l's ResNet-18 (section 13.6) from a small layer library, data parallel on k
 // devices, with BatchNorm per device (d2l's DataParallel) or synchronized (SyncBN).
-//   build/bin/09_resnet [--width 64] [--devices 1] [--bn device|sync] [--batch-size 256] [--lr 0.1] ...
+//   build/bin/09_resnet [--width 64] [--devices 1] [--bn device|sync] [-b 256] [--lr 0.1] ...
 #include <cstdio>
 #include <string>
 
@@ -17,11 +17,10 @@ int main(int argc, char** argv) {
   const mgpu::ChapterInfo chapter{"09_resnet", "d2l's ResNet-18 from scratch, data parallel, BatchNorm per device or synced",
                                   /*default_devices=*/1, /*max_devices=*/1024, /*default_lr=*/0.1f};  // d2l 13.6's 1-GPU recipe
   resnet::ResnetOptions ro;
-  const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, resnet::resnet_flags(ro), resnet::kResnetUsage);
-  if (const std::string why = resnet::resolve_collective(ro, o.devices); !why.empty()) {
-    std::fprintf(stderr, "09_resnet: %s\n\n%s", why.c_str(), mgpu::usage(chapter, resnet::kResnetUsage).c_str());
-    return 2;
-  }
+  const mgpu::Options o =
+      mgpu::parse_command_line(argc, argv, chapter, [&ro](CLI::App& app) { resnet::add_resnet_flags(app, ro); });
+  if (const std::string why = resnet::resolve_collective(ro, o.devices); !why.empty())
+    mgpu::refuse_command_line(chapter.name, why);
   try {
     const mgpu::DeviceSet devices(o.devices);
     std::printf("backend %s, %d logical device(s)\n%s%s", mgpu::kBackendName, o.devices, devices.mapping().c_str(),

@@ -1,5 +1,7 @@
 #include "train.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -178,54 +180,38 @@ std::string name_of(CollectiveKind c) {
 
 std::string name_of(BatchNormMode m) { return m == BatchNormMode::Sync ? "sync" : "device"; }
 
-const char* const kResnetUsage =
-    "  --width N          channels of the first stage (default 64, d2l's); the stages have\n"
-    "                     N, 2N, 4N, 8N. Work per image grows as N^2: --width 16 is 1/16 of it\n"
-    "  --bn device|sync   BatchNorm's batch statistics per device (default; d2l's DataParallel)\n"
-    "                     or summed over all devices (SyncBN)\n"
-    "  --allreduce ring|naive|nccl  the collective for gradients and SyncBN's sums (default:\n"
-    "                     nccl in a cuda build with NCCL and one GPU per device, else ring)\n"
-    "  --precision fp32|tf32|bf16  cuda build: the GEMMs multiply fp32 (default), or let the\n"
-    "                     tensor cores read their inputs as tf32 or bf16 (chapter 06; fp32\n"
-    "                     accumulation either way); the cpu build computes in fp32 whatever is chosen\n"
-    "  --profile on|off   before training, time one step kernel by kernel on device 0 and\n"
-    "                     print the table (default off)\n"
-    "  --dump-step DIR    run one training step on the first --batch-size images, write its\n"
-    "                     tensors to DIR for crosscheck.py, and stop\n";
-
-mgpu::FlagTable resnet_flags(ResnetOptions& ro) {
-  return {
-      {"--width", mgpu::integer_flag(ro.width, 1, 1024)},
-      {"--bn",
-       [&ro](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "device" && v != "sync") return flag + " must be 'device' or 'sync', got '" + v + "'";
-         ro.bn = v == "sync" ? BatchNormMode::Sync : BatchNormMode::PerDevice;
-         return "";
-       }},
-      {"--allreduce",
-       [&ro](const std::string& flag, const std::string& v) -> std::string {
-         if (v == "ring") ro.collective = CollectiveKind::Ring;
-         else if (v == "naive") ro.collective = CollectiveKind::Naive;
-         else if (v == "nccl") ro.collective = CollectiveKind::Nccl;
-         else return flag + " must be 'ring', 'naive' or 'nccl', got '" + v + "'";
-         ro.collective_given = true;
-         return "";
-       }},
-      {"--precision",
-       [&ro](const std::string& flag, const std::string& v) -> std::string {
-         const std::optional<mgpu::GemmPrecision> p = mgpu::gemm_precision_named(v);
-         if (!p) return flag + " must be 'fp32', 'tf32' or 'bf16', got '" + v + "'";
-         ro.precision = *p;
-         return "";
-       }},
-      {"--profile",
-       [&ro](const std::string& flag, const std::string& v) -> std::string {
-         if (v != "on" && v != "off") return flag + " must be 'on' or 'off', got '" + v + "'";
-         ro.profile = v == "on";
-         return "";
-       }},
-      {"--dump-step", mgpu::text_flag(ro.dump_step, "a directory")},
-  };
+void add_resnet_flags(CLI::App& app, ResnetOptions& ro) {
+  app.add_option("--width", ro.width,
+                 "channels of the first stage (d2l's: 64); the stages have N, 2N, 4N, 8N. Work per image grows "
+                 "as N^2: --width 16 is 1/16 of it")
+      ->check(mgpu::integer(1, 1024))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--bn", [&ro](const std::string& v) { ro.bn = v == "sync" ? BatchNormMode::Sync : BatchNormMode::PerDevice; },
+         "BatchNorm's batch statistics per device (d2l's DataParallel) or summed over all devices (SyncBN)")
+      ->check(CLI::IsMember({"device", "sync"}))
+      ->default_str("device");
+  app.add_option_function<std::string>(
+         "--allreduce",
+         [&ro](const std::string& v) {
+           ro.collective = v == "naive" ? CollectiveKind::Naive : v == "nccl" ? CollectiveKind::Nccl : CollectiveKind::Ring;
+           ro.collective_given = true;
+         },
+         "the collective for gradients and SyncBN's sums (default: nccl in a cuda build with NCCL and one GPU "
+         "per device, else ring)")
+      ->check(CLI::IsMember({"ring", "naive", "nccl"}));
+  app.add_option_function<std::string>(
+         "--precision", [&ro](const std::string& v) { ro.precision = *mgpu::gemm_precision_named(v); },
+         "cuda build: the GEMMs multiply fp32, or let the tensor cores read their inputs as tf32 or bf16 "
+         "(chapter 06; fp32 accumulation either way); the cpu build computes in fp32 whatever is chosen")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
+      ->default_str("fp32");
+  mgpu::add_on_off(app, "--profile", ro.profile,
+                   "before training, time one step kernel by kernel on device 0 and print the table");
+  app.add_option("--dump-step", ro.dump_step,
+                 "run one training step on the first --batch-size images, write its tensors to DIR for "
+                 "crosscheck.py, and stop")
+      ->check(mgpu::text("a directory"));
 }
 
 std::string resolve_collective(ResnetOptions& ro, int devices) {

@@ -33,8 +33,8 @@ struct ResnetOptions {
   std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py
   bool profile = false;           // --profile on: one step, kernel by kernel, before training
 };
-mgpu::FlagTable resnet_flags(ResnetOptions& ro);
-extern const char* const kResnetUsage;
+// Declares them on the program's CLI11 app (parse_command_line's own flags).
+void add_resnet_flags(CLI::App& app, ResnetOptions& ro);
 // The collective this machine will use: the one asked for, or the default; refuses NCCL where
 // it cannot run (returns the reason; empty: fine).
 std::string resolve_collective(ResnetOptions& ro, int devices);

@@ -175,7 +175,7 @@ endforeach()
 
 # The benchmarks check every element of every allreduce and exit non-zero when one is wrong.
 # Chapter 03's places logical devices round-robin on the GPUs: 2 and 4 always.
-set(bench_sizes --max-bytes 64M --warmup 5 --iters 20)
+set(bench_sizes -e 64M -w 5 -n 20)
 set(ring_counts ${counts} 2 4)
 if(gpus EQUAL 0)  # no GPU (--allow-no-gpu): replicas in host memory, 2 are enough
   set(ring_counts 1 2)
@@ -184,10 +184,10 @@ list(REMOVE_DUPLICATES ring_counts)
 list(SORT ring_counts COMPARE NATURAL)
 list(JOIN ring_counts "," ring_counts)
 gpu_step(03_allreduce_bench bench "naive and ring on ${ring_counts} devices"
-         COMMAND ${bin}/03_allreduce_bench --devices ${ring_counts} ${bench_sizes})
+         COMMAND ${bin}/03_allreduce_bench -g ${ring_counts} ${bench_sizes})
 if(NOT counts)
   set(counts 1)
 endif()
 list(JOIN counts "," counts)
 gpu_step(04_allreduce_bench bench "naive, ring and NCCL on ${counts} GPU(s)"
-         COMMAND ${bin}/04_allreduce_bench --devices ${counts} ${bench_sizes})
+         COMMAND ${bin}/04_allreduce_bench -g ${counts} ${bench_sizes})
