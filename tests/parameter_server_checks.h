@@ -18,10 +18,17 @@
 namespace testing {
 
 // Whether wait_turn(worker) returns within `patience`. It runs on a thread of its own; when it
-// blocks, `release` is called to let it go (so that the test ends either way).
+// blocks, `release` is called to let it go (so that the test ends either way). The patience is
+// counted from when that thread has started: on a loaded machine a thread may take longer than
+// the patience to start, and a wait released before it began would look like one that never blocked.
 inline bool returns_within(ps::Clocks& clocks, int worker, std::chrono::milliseconds patience,
                            const std::function<void()>& release) {
-  std::future<void> f = std::async(std::launch::async, [&] { clocks.wait_turn(worker); });
+  std::promise<void> started;
+  std::future<void> f = std::async(std::launch::async, [&] {
+    started.set_value();
+    clocks.wait_turn(worker);
+  });
+  started.get_future().wait();
   const bool returned = f.wait_for(patience) == std::future_status::ready;
   if (!returned) release();
   f.get();
