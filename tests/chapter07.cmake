@@ -2,9 +2,11 @@
 mgpu_test(test_model_parallel DEVICE LIBS mgpu_model_parallel)
 mgpu_chaos_tests(test_model_parallel)  # the events between stages, under random delays
 
-mgpu_exercise(ex07.send_activations test_model_parallel "split training:*" "pipelines:*" "hybrid:*")
-mgpu_exercise(ex07.schedules        test_model_parallel "schedules:*" "pipelines:*")
-mgpu_exercise(ex07.bubble           test_model_parallel "bubble:*")
+# The assignment, ex07.pipeline (the schedules, the memory they need, the host's queueing and the
+# sends between stages), and its warm-up, ex07.bubble. Their graded cases: tests/CMakeLists.txt.
+mgpu_exercise(ex07.pipeline test_model_parallel "schedules:*" "activation memory:*" "split training:*" "pipelines:*"
+              "hybrid:*" "evaluation through the pipeline*" "timeline:*")
+mgpu_exercise(ex07.bubble   test_model_parallel "bubble:*")
 
 set(mp_short --epochs 1 --limit-train 512 --profile-steps 2 --out ${CMAKE_BINARY_DIR}/test-results)
 expect_exit(07_model_parallel help             0 stdout "Usage: 07_model_parallel.*--micro-batches" --help)

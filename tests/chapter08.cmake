@@ -2,9 +2,11 @@
 mgpu_test(test_parameter_server DEVICE LIBS mgpu_parameter_server)
 mgpu_chaos_tests(test_parameter_server)  # the event waits of pulls and pushes, under random delays
 
-mgpu_exercise(ex08.pull         test_parameter_server "pull:*" "bsp: training through the server*")
-mgpu_exercise(ex08.apply_push   test_parameter_server "push:*" "bsp: training through the server*" "asp:*")
-mgpu_exercise(ex08.ssp_clock    test_parameter_server "clocks:*" "ssp:*")
+# The assignment, ex08.ssp_server (the clocks, the wait for the slowest worker within the bound,
+# the pull and the push), and its warm-up, ex08.staleness. Their graded cases: tests/CMakeLists.txt.
+mgpu_exercise(ex08.ssp_server test_parameter_server "clocks:*" "pull:*" "push:*" "bsp: training through the server*"
+              "asp:*" "ssp:*" "bsp with a straggler*")
+mgpu_exercise(ex08.staleness  test_parameter_server "staleness_histogram:*")
 
 set(ps_short --epochs 1 --limit-train 512 --out ${CMAKE_BINARY_DIR}/test-results)
 expect_exit(08_parameter_server help            0 stdout "Usage: 08_parameter_server.*--straggler" --help)

@@ -6,70 +6,25 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../chapters/07_model_parallel/pipeline.h"
 #include "common/random.h"
 #include "helpers.h"
+#include "model_parallel_checks.h"
 
 namespace {
 
 using pp::Op;
 using pp::Schedule;
-
-std::string show(const std::vector<Op>& ops) {
-  std::string s;
-  for (const Op& op : ops) s += (op.kind == Op::Forward ? "F" : "B") + std::to_string(op.micro) + " ";
-  return s;
-}
-
-// Chapter 01's training step on one device: `steps` batches of `batch` examples, in order.
-// `metrics`, if given, receives the steps' summed loss and hit count.
-lenet::HostParams one_device(const mgpu::LabeledImages& set, int batch, int steps, float lr,
-                             std::array<double, 2>* metrics_out = nullptr) {
-  mgpu::DeviceSet devices(1);
-  const mgpu::Device& d = devices[0];
-  lenet::Params p = lenet::upload_params(d, lenet::init_params(7, 0.1f));
-  lenet::Params g = lenet::zero_params(d);
-  lenet::Lanes lanes = lenet::make_lanes(d, batch);
-  mgpu::Metrics metrics(d);
-  mgpu::DeviceImages images(d, set);
-  for (int s = 0; s < steps; ++s) {
-    g.zero();
-    lenet::accumulate_gradients(d, p, g, lanes, images.pixels.data() + std::int64_t(s) * batch * 784,
-                                images.labels.data() + s * batch, batch, metrics);
-    lenet::sgd(d, p, g, lr, batch);
-  }
-  if (metrics_out) *metrics_out = metrics.read();
-  return p.download();
-}
-
-// The same steps through a pipeline.
-lenet::HostParams pipelined(const pp::PipelineConfig& config, const mgpu::LabeledImages& set, int batch, int steps,
-                            float lr, std::vector<pp::Span>* timeline = nullptr) {
-  pp::Pipeline pipeline(config, lenet::init_params(7, 0.1f), batch);
-  pipeline.set_training_data(set);
-  std::vector<int> order(set.count);
-  for (int i = 0; i < set.count; ++i) order[i] = i;
-  pipeline.set_order(order);
-  for (int s = 0; s < steps; ++s) pipeline.step(s * batch, batch, lr, timeline);
-  return pipeline.download();
-}
-
-void check_same_params(const lenet::HostParams& got, const lenet::HostParams& want, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  for (int t = 0; t < lenet::kParamTensors; ++t)
-    testing::check_close(got[t], ref::Tensor(want[t].begin(), want[t].end()), 2e-4,
-                         what + " " + lenet::kParams[t].name);
-}
+using testing::check_same_params;
+using testing::one_device;
+using testing::pipelined;
+using testing::show;
 
 pp::PipelineConfig config(std::vector<int> cuts, Schedule schedule, int m, int replicas = 1) {
-  pp::PipelineConfig c;
-  c.cuts = std::move(cuts);
-  c.schedule = schedule;
-  c.micro_batches = m;
-  c.replicas = replicas;
-  return c;
+  return testing::pipeline_config(std::move(cuts), schedule, m, replicas);
 }
 
 }  // namespace
@@ -113,8 +68,7 @@ TEST_CASE("bubble: the formula, and the prediction for stages of unequal cost") 
       REQUIRE(idle.size() == std::size_t(k));
       for (double x : idle) CHECK(x == doctest::Approx(pp::bubble_formula(k, m)));
     }
-  // Stage 0 three times as slow as stage 1, 4 micro-batches: a step is 3 x 3 + (3 + 1) = 13 units;
-  // stage 0 works 12 of them, stage 1 works 4.
+  // Stage 0 three times as slow as stage 1, 4 micro-batches: stage 0 idles 1/13 of a step, stage 1 9/13.
   const std::vector<double> idle = pp::predicted_idle({3.0, 1.0}, 4);
   REQUIRE(idle.size() == 2);
   CHECK(idle[0] == doctest::Approx(1.0 / 13));

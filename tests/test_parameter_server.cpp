@@ -16,11 +16,19 @@
 #include "common/vector_ops.h"
 #include "data_parallel_checks.h"
 #include "helpers.h"
+#include "parameter_server_checks.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 using ps::Mode;
+using testing::EpochRun;
+using testing::flat_of;
+using testing::returns_within;
+using testing::Rig;
+using testing::run_steps;
+using testing::set_gradient;
+using testing::without_padding;
 
 constexpr double kModelBytes = 129216.0 * sizeof(float);  // lenet::flat_count() floats
 
@@ -58,18 +66,7 @@ TEST_CASE("epoch_work cuts every batch into k pieces that tile the examples in o
   CHECK_THROWS_WITH_AS(ps::epoch_work(1001, 250, 4), doctest::Contains("leave a last batch of 1"), mgpu::Error);
 }
 
-// ---- Clocks (ex08.ssp_clock) -----------------------------------------------------------------
-
-// Whether wait_turn(worker) returns within `patience`. It runs on a thread of its own; when it
-// blocks, `release` is called to let it go (so that the test ends either way).
-bool returns_within(ps::Clocks& clocks, int worker, std::chrono::milliseconds patience,
-                    const std::function<void()>& release) {
-  std::future<void> f = std::async(std::launch::async, [&] { clocks.wait_turn(worker); });
-  const bool returned = f.wait_for(patience) == std::future_status::ready;
-  if (!returned) release();
-  f.get();
-  return returned;
-}
+// ---- Clocks (ex08.ssp_server) ----------------------------------------------------------------
 
 TEST_CASE("clocks: bound 0 is a barrier: a worker one step ahead waits for the others") {
   ps::Clocks clocks(3, 0);
@@ -104,51 +101,7 @@ TEST_CASE("clocks: a finished worker is not waited for; a negative bound (ASP) n
   CHECK(returns_within(asp, 0, 2000ms, [] {}));
 }
 
-// ---- A server and its workers, driven step by step -------------------------------------------
-
-// s server devices, then k worker devices each with a Flat replica and the training set `set`.
-struct Rig {
-  Rig(int s, int k, Mode mode, const mgpu::LabeledImages& set, int piece, const lenet::HostParams& init)
-      : devices(s + k) {
-    std::vector<int> servers, workers;
-    for (int j = 0; j < s; ++j) servers.push_back(j);
-    for (int i = 0; i < k; ++i) workers.push_back(s + i);
-    for (int w : workers) {
-      replicas.emplace_back(devices[w], init, piece, lenet::Layout::Flat);
-      data.emplace_back(devices[w], set);
-      std::vector<int> identity(set.count);
-      for (int i = 0; i < set.count; ++i) identity[i] = i;
-      data.back().order.upload(identity);
-    }
-    server = std::make_unique<ps::ParameterServer>(devices, servers, workers, init, mode);
-  }
-  ~Rig() { server.reset(); }  // before the replicas: its threads copy into them
-  mgpu::DeviceSet devices;
-  std::vector<dp::Replica> replicas;
-  std::vector<mgpu::DeviceData> data;
-  std::unique_ptr<ps::ParameterServer> server;
-};
-
-std::vector<float> flat_of(const lenet::HostParams& p) {
-  std::vector<float> flat(lenet::flat_count(), 0.0f);
-  for (int t = 0; t < lenet::kParamTensors; ++t)
-    std::copy(p[t].begin(), p[t].end(), flat.begin() + lenet::offset_of(t));
-  return flat;
-}
-
-// The parameters of a flat bucket, its padding set to zero (as flat_of leaves it): the server
-// updates the padding like the rest, and nothing reads it.
-std::vector<float> without_padding(const std::vector<float>& flat) {
-  lenet::HostParams p;
-  for (int t = 0; t < lenet::kParamTensors; ++t)
-    p.emplace_back(flat.begin() + lenet::offset_of(t), flat.begin() + lenet::offset_of(t) + lenet::kParams[t].count);
-  return flat_of(p);
-}
-
-// Worker i's flat gradients set to `g` (the padding too: the server updates it like the rest).
-void set_gradient(dp::Replica& r, const std::vector<float>& g) {
-  mgpu::copy_bytes_to_device(*r.device, r.grads.flat(), g.data(), g.size() * sizeof(float));
-}
+// ---- A server and its workers, driven step by step (ex08.ssp_server) --------------------------
 
 TEST_CASE("pull: every shard's slice arrives exactly, with the shard's version, and its bytes are counted") {
   mgpu::Rng rng(3);
@@ -173,7 +126,7 @@ TEST_CASE("pull: every shard's slice arrives exactly, with the shard's version, 
   }
 }
 
-// ---- Pushes (ex08.apply_push) ----------------------------------------------------------------
+// ---- Pushes (ex08.ssp_server) ----------------------------------------------------------------
 
 TEST_CASE("push: ASP applies each push at once, p -= lr * g / n, and counts a version") {
   mgpu::Rng rng(4);
@@ -256,35 +209,27 @@ TEST_CASE("push: staleness counts the updates applied between a worker's pull an
   for (const ps::PushRecord& p : rig.server->records())
     if (p.shard == 0) staleness.push_back(p.staleness());
   CHECK(staleness == std::vector<std::int64_t>{0, 0, 2});
-  CHECK(ps::staleness_histogram(rig.server->records()) == std::vector<std::int64_t>{2, 0, 1});
+}
+
+// ---- The staleness histogram (ex08.staleness) ------------------------------------------------
+
+TEST_CASE("staleness_histogram: shard 0's pushes counted by staleness, for one epoch or all") {
+  // Two shards record every push: shard 1's copies must not be counted again.
+  auto push = [](int shard, int epoch, std::int64_t pulled, std::int64_t applied) {
+    ps::PushRecord r;
+    r.shard = shard, r.epoch = epoch, r.pulled = pulled, r.applied = applied;
+    return r;
+  };
+  const std::vector<ps::PushRecord> records = {push(0, 1, 0, 0), push(1, 1, 0, 0), push(0, 1, 0, 1), push(1, 1, 0, 1),
+                                               push(0, 1, 1, 3), push(1, 1, 1, 3), push(0, 2, 4, 4), push(1, 2, 4, 4)};
+  CHECK(ps::staleness_histogram(records) == std::vector<std::int64_t>{2, 1, 1});     // all epochs
+  CHECK(ps::staleness_histogram(records, 1) == std::vector<std::int64_t>{1, 1, 1});  // epoch 1
+  CHECK(ps::staleness_histogram(records, 2) == std::vector<std::int64_t>{1});        // epoch 2
+  CHECK(ps::staleness_histogram(records, 3).empty());                                 // no push
+  CHECK(ps::staleness_histogram({}).empty());
 }
 
 // ---- Whole epochs ----------------------------------------------------------------------------
-
-// `steps` batches of `batch` from `set` (in order 0, 1, 2, ...), through a server in `mode`.
-struct EpochRun {
-  lenet::HostParams params;
-  std::vector<ps::PushRecord> records;
-  std::vector<ps::WorkerStats> stats;
-  ps::Traffic traffic;
-  std::vector<std::int64_t> versions;
-  double seconds = 0;
-};
-EpochRun run_steps(int s, int k, const ps::Settings& settings, const mgpu::LabeledImages& set, int batch, int steps,
-                   float lr) {
-  const lenet::HostParams init = lenet::init_params(7, 0.1f);
-  Rig rig(s, k, settings.mode, set, mgpu::shard_sizes(batch, k)[0], init);
-  const std::vector<ps::WorkItem> items = ps::epoch_work(batch * steps, batch, k);
-  const auto start = std::chrono::steady_clock::now();
-  EpochRun out;
-  out.stats = ps::run_epoch(*rig.server, rig.data, rig.replicas, items, settings, 1, [lr](int) { return lr; });
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out.params = rig.server->download();
-  out.records = rig.server->records();
-  out.traffic = rig.server->traffic();
-  out.versions = rig.server->versions();
-  return out;
-}
 
 TEST_CASE("bsp: training through the server takes chapter 02's steps (1, 2 and 3 workers, 1 and 2 shards)") {
   mgpu::Rng rng(11);

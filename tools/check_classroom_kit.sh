@@ -2,8 +2,10 @@
 # Proves the classroom kit honest: in a student copy (tools/classroom/student_copy) the copy
 # builds, every exercise fails at its hole and earns no point, the tests that use no exercise's
 # code (ctest label needs_no_exercise, readme_links among them) still pass, the teacher's hidden
-# cases are left out and each assignment has its handout. (In the repository itself the exercises' ctest cases run
-# with every test run, and pass; tools/grade.sh BUILD_DIR shows them as a score sheet.)
+# cases are left out and each assignment has its handout, and a solution tuned to the visible
+# tests (ex07.bubble's, for two stages only) earns the visible points and loses the hidden ones.
+# (In the repository itself the exercises' ctest cases run with every test run, and pass;
+# tools/grade.sh BUILD_DIR shows them as a score sheet.)
 #
 #   tools/check_classroom_kit.sh BUILD_DIR          # BUILD_DIR: this repository's cpu build, built
 #   tools/check_classroom_kit.sh BUILD_DIR --each   # also: each exercise made the only hole in
@@ -77,6 +79,37 @@ echo "answer passages left out of the copy's READMEs: $answers file(s)"
 echo "== the student copy: points for every graded case, none earned"
 grep -Eq '^points: 0 of [1-9]' "$scratch/sheet.txt" || fail "the score sheet gives points in the student copy (or none at all)"
 grep -E '^points: ' "$scratch/sheet.txt"
+
+echo "== hidden cases catch a solution tuned to the visible tests"
+# ex07.bubble filled with an answer that fits the visible cases (equal stages, and two unequal
+# ones) and no other: its step takes the slowest of the first two stages, not of all. In the
+# copy with the teacher's hidden cases put back, as grade_all.sh grades it, it must earn the
+# visible case's points and lose the hidden case's.
+pipeline="$copy/chapters/07_model_parallel/pipeline.cpp"
+cp "$pipeline" "$scratch/pipeline.cpp.hole"
+tuned='double sum = 0; for (double t : stage_time) sum += t; '
+tuned+='const double slowest = std::max(stage_time[0], stage_time.size() > 1 ? stage_time[1] : 0.0); '
+tuned+='for (double t : stage_time) idle.push_back(1.0 - m * t / ((m - 1) * slowest + sum));'
+grep -q 'mgpu::exercise_not_done("ex07.bubble"' "$pipeline" || fail "no ex07.bubble hole in $pipeline"
+awk -v tuned="$tuned" '/mgpu::exercise_not_done\("ex07.bubble"/ { sub(/mgpu::exercise_not_done.*/, tuned) } { print }' \
+  "$scratch/pipeline.cpp.hole" >"$pipeline"
+cp -a "$root/tests/hidden" "$copy/tests/hidden"
+{ cmake "$copy/build" && cmake --build "$copy/build" -j"$(nproc)" --target test_model_parallel test_hidden_ch07_08; } \
+  >"$scratch/tuned.log" 2>&1 || { tail -30 "$scratch/tuned.log"; fail "the copy with a tuned ex07.bubble does not build"; }
+set +e
+(cd "$copy" && tools/grade.sh build --rubrics "$root/tools/classroom/rubrics") >"$scratch/tuned_sheet.txt" 2>&1
+set -e
+grep -E '^ex07\.bubble |^ +ex07\.bubble' "$scratch/tuned_sheet.txt"
+grep -Eq '^ex07\.bubble +passed$' "$scratch/tuned_sheet.txt" || fail "the tuned ex07.bubble does not pass its visible tests"
+grep -Eq '^ +ex07\.bubble +passed +3 of 3$' "$scratch/tuned_sheet.txt" || fail "the tuned ex07.bubble does not earn its visible points"
+grep -Eq '^ +ex07\.bubble:hidden_unequal_stages +FAILED, hidden +0 of 2$' "$scratch/tuned_sheet.txt" ||
+  fail "the hidden case did not take the tuned ex07.bubble's points"
+grep -Eq '^ +ex07\.bubble +exercise \([0-9]+ min\) +3 of 5$' "$scratch/tuned_sheet.txt" || fail "ex07.bubble's sum is not 3 of 5"
+# The copy as it was: every exercise a hole, no hidden case.
+cp "$scratch/pipeline.cpp.hole" "$pipeline"
+rm -rf "$copy/tests/hidden"
+{ cmake "$copy/build" && cmake --build "$copy/build" -j"$(nproc)" --target test_model_parallel; } >"$scratch/tuned.log" 2>&1 ||
+  fail "the copy does not build again after the tuned solution"
 
 if [ "$each" = --each ]; then
   echo "== each exercise alone: its own checks fail, naming it"

@@ -62,7 +62,7 @@ std::vector<Op> stage_ops(Schedule schedule, int stage, int stages, int m) {
   if (stage < 0 || stage >= stages || m < 1) throw mgpu::Error("stage_ops: no such stage or no micro-batch");
   if (schedule == Schedule::Naive && m != 1) throw mgpu::Error("stage_ops: the naive schedule has one micro-batch");
   std::vector<Op> ops;
-  // BEGIN EXERCISE ex07.schedules
+  // BEGIN EXERCISE ex07.pipeline
   if (schedule != Schedule::OneFOneB) {  // GPipe: every forward, then every backward
     for (int j = 0; j < m; ++j) ops.push_back({Op::Forward, j});
     for (int j = 0; j < m; ++j) ops.push_back({Op::Backward, j});
@@ -78,16 +78,19 @@ std::vector<Op> stage_ops(Schedule schedule, int stage, int stages, int m) {
     ops.push_back({Op::Backward, backward++});
   }
   while (backward < m) ops.push_back({Op::Backward, backward++});  // cool-down
-  // END EXERCISE ex07.schedules
+  // END EXERCISE ex07.pipeline
   return ops;
 }
 
 int peak_in_flight(const std::vector<Op>& ops) {
-  int live = 0, peak = 0;
+  int peak = 0;
+  // BEGIN EXERCISE ex07.pipeline
+  int live = 0;  // micro-batches forwarded and not yet backwarded: their activations are kept
   for (const Op& op : ops) {
     live += op.kind == Op::Forward ? 1 : -1;
     peak = std::max(peak, live);
   }
+  // END EXERCISE ex07.pipeline
   return peak;
 }
 
@@ -401,7 +404,7 @@ void Pipeline::run_op(Replica& r, int s, Op op, const std::vector<int>& sizes, i
       mgpu::gather(d, data, order + start, n, *slot.images);
       mark.add('W', t0, t0);
     } else {
-      // BEGIN EXERCISE ex07.send_activations
+      // BEGIN EXERCISE ex07.pipeline
       Stage& prev = *r.stages[s - 1];
       Slot& from = prev.slot(j);
       // Wait until the stage before has finished micro-batch j's forward pass, then pull its
@@ -414,7 +417,7 @@ void Pipeline::run_op(Replica& r, int s, Op op, const std::vector<int>& sizes, i
       mgpu::copy_peer(d, slot.y.data(), *prev.device, from.labels(), Elements{std::size_t(n)});
       st.took_forward[j]->record(d);  // the stage before may reuse its buffer
       mark.add('C', t1, mark.now());
-      // END EXERCISE ex07.send_activations
+      // END EXERCISE ex07.pipeline
     }
     const mgpu::Timestamp t2 = mark.now();
     const float* in = slot.input();
@@ -438,19 +441,23 @@ void Pipeline::run_op(Replica& r, int s, Op op, const std::vector<int>& sizes, i
   float* dy = slot.dz4.data();
   // The slot's dx last held micro-batch j - S's input gradient: the stage before must have copied it.
   if (!st.is_first && j >= S) r.stages[s - 1]->took_back[j - S]->make_wait(d);
+  // BEGIN EXERCISE ex07.pipeline
   if (!st.is_last) {
+    // The mirror image of the forward's receive: wait until the stage after has finished
+    // micro-batch j's backward pass, then pull the gradient of this stage's output.
     Stage& next = *r.stages[s + 1];
     next.sent_back[j]->make_wait(d);
     const mgpu::Timestamp t1 = mark.now();
     mark.add('W', t0, t1);
     mgpu::copy_peer(d, st.dout.data(), *next.device, next.slot(j).dx.data(),
                     Elements{std::size_t(kFeaturesInto[st.last]) * n});
-    st.took_back[j]->record(d);
+    st.took_back[j]->record(d);  // the stage after may reuse its dx
     mark.add('C', t1, mark.now());
     dy = st.dout.data();
   } else {
     mark.add('W', t0, t0);
   }
+  // END EXERCISE ex07.pipeline
   const mgpu::Timestamp t2 = mark.now();
   // The scratch gradient of the input of layers first+1 .. last-1: dp1, df, dh3 (lenet.h's names).
   auto gradient_into = [&](int l) -> float* {
@@ -474,16 +481,21 @@ void Pipeline::run_op(Replica& r, int s, Op op, const std::vector<int>& sizes, i
 // own order, held back only by those events.
 void Pipeline::queue_ops(Replica& r, const std::vector<std::vector<Op>>& ops, const std::vector<int>& sizes, int first,
                          bool training, Marks* marks) {
+  // BEGIN EXERCISE ex07.pipeline
   const int k = stages(), m = static_cast<int>(sizes.size());
   std::vector<std::size_t> next(k, 0);  // the next op of each stage
   std::vector<std::array<std::vector<bool>, 2>> queued(k, {std::vector<bool>(m), std::vector<bool>(m)});
+  // Whether every event run_op(s, op) waits for has been recorded by an op queued before it.
   auto ready = [&](int s, Op op) {
     const int S = static_cast<int>(r.stages[s]->slots.size()), j = op.micro;
     if (op.kind == Op::Forward)
-      return (s == 0 || queued[s - 1][Op::Forward][j]) &&
-             (s == k - 1 || j < S || queued[s + 1][Op::Forward][j - S]);
-    return (s == k - 1 || queued[s + 1][Op::Backward][j]) && (s == 0 || j < S || queued[s - 1][Op::Backward][j - S]);
+      return (s == 0 || queued[s - 1][Op::Forward][j]) &&  // sent_forward[j]: the input to pull
+             (s == k - 1 || j < S || queued[s + 1][Op::Forward][j - S]);  // took_forward[j - S]: the slot is free
+    return (s == k - 1 || queued[s + 1][Op::Backward][j]) &&  // sent_back[j]: the output's gradient
+           (s == 0 || j < S || queued[s - 1][Op::Backward][j - S]);  // took_back[j - S]: dx is free
   };
+  // Round and round the stages, each as far along its own order as the events allow. A round
+  // that queues nothing ends it: either everything is queued, or the orders wait on each other.
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < k; ++s)
@@ -496,6 +508,7 @@ void Pipeline::queue_ops(Replica& r, const std::vector<std::vector<Op>>& ops, co
   }
   for (int s = 0; s < k; ++s)
     if (next[s] != ops[s].size()) throw mgpu::Error("Pipeline: the schedule cannot be queued (an op waits forever)");
+  // END EXERCISE ex07.pipeline
 }
 
 // Every device waits until every device has finished the step: the next step's buffers may then

@@ -62,9 +62,11 @@ struct Op {
 };
 
 // What stage s of k runs in one step of m micro-batches, in order.
-//   naive / GPipe: F0 F1 .. F(m-1), then B0 B1 .. B(m-1) (naive is GPipe with m = 1)
-//   1F1B: stage s first runs min(m, k - 1 - s) forwards (warm-up), then alternates one forward
-//         and one backward, then runs the backwards left (cool-down)
+//   naive / GPipe: every forward, F0 F1 .. F(m-1), then every backward, B0 B1 .. B(m-1)
+//         (naive is GPipe with m = 1)
+//   1F1B: a warm-up of forwards, a steady state that alternates one forward and one backward,
+//         and a cool-down that runs the backwards left; each backward comes as early as the
+//         stages after s let it, so that stage s never holds more than k - s micro-batches
 std::vector<Op> stage_ops(Schedule schedule, int stage, int stages, int micro_batches);
 // The most micro-batches whose forward has run and whose backward has not, at any point of ops:
 // how many sets of activations the stage must keep (m for GPipe, min(m, k - s) for 1F1B).
@@ -74,9 +76,9 @@ int peak_in_flight(const std::vector<Op>& ops);
 // (k - 1) / (m + k - 1).
 double bubble_formula(int stages, int micro_batches);
 // The same with stages of unequal cost: stage s takes stage_time[s] per micro-batch (forward
-// plus backward). A step lasts (m - 1) * max_s stage_time[s] + sum_s stage_time[s] (the slowest
-// stage runs m times back to back, and a micro-batch has to get through all stages once), and
-// stage s is idle for all but m * stage_time[s] of it. Equal times give bubble_formula().
+// plus backward). Each stage's idle fraction of a step in which the m micro-batches go through
+// the stages as fast as the slowest stage lets them, transfers free. Equal times must give
+// bubble_formula().
 std::vector<double> predicted_idle(const std::vector<double>& stage_time, int micro_batches);
 
 // ---- The pipeline -------------------------------------------------------------------------

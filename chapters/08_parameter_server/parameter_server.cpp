@@ -57,36 +57,44 @@ Clocks::Clocks(int workers, int bound)
 
 std::int64_t Clocks::slowest_running() const {
   std::int64_t slowest = std::numeric_limits<std::int64_t>::max();
+  // BEGIN EXERCISE ex08.ssp_server
   for (std::size_t i = 0; i < clock_.size(); ++i)
     if (!finished_[i]) slowest = std::min(slowest, clock_[i]);
+  // END EXERCISE ex08.ssp_server
   return slowest;
 }
 
 void Clocks::wait_turn(int worker) {
+  // BEGIN EXERCISE ex08.ssp_server
   if (bound_ < 0) return;  // ASP: nobody waits
   const Clock::time_point start = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
-  // BEGIN EXERCISE ex08.ssp_clock
   // The caller is running, so slowest_running() is at most its own clock: the gap is >= 0.
+  // wait() checks the condition first, sleeps while it is false, and checks it again on every
+  // wake-up, the lock held each time: a tick or a finish between two checks cannot be missed.
   changed_.wait(lock, [&] { return clock_[worker] - slowest_running() <= bound_; });
-  // END EXERCISE ex08.ssp_clock
   waited_[worker] += seconds_since(start);
+  // END EXERCISE ex08.ssp_server
 }
 
 void Clocks::tick(int worker) {
+  // BEGIN EXERCISE ex08.ssp_server
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     ++clock_[worker];
   }
   changed_.notify_all();  // the slowest may have moved: everyone waiting looks again
+  // END EXERCISE ex08.ssp_server
 }
 
 void Clocks::finish(int worker) {
+  // BEGIN EXERCISE ex08.ssp_server
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     finished_[worker] = true;
   }
-  changed_.notify_all();
+  changed_.notify_all();  // a worker that waited for this one may go on
+  // END EXERCISE ex08.ssp_server
 }
 
 double Clocks::waited_seconds(int worker) const {
@@ -208,7 +216,7 @@ class ServerShard {
   std::int64_t answer_pull(Request& r) {
     const Device& worker = *workers_.at(r.worker);
     const mgpu::Elements n{range_.count};
-    // BEGIN EXERCISE ex08.pull
+    // BEGIN EXERCISE ex08.ssp_server
     // The copy is queued on the worker's device: it must start after every update the server
     // has queued so far, and no later update may start before it has read the master.
     served_.record(device_);
@@ -216,7 +224,7 @@ class ServerShard {
     mgpu::copy_peer(worker, r.params + range_.begin, device_, master_.data(), n);
     pulled_[r.worker]->record(worker);
     pulled_[r.worker]->make_wait(device_);
-    // END EXERCISE ex08.pull
+    // END EXERCISE ex08.ssp_server
     const std::lock_guard<std::mutex> lock(stats_mutex_);
     if (r.count_bytes) traffic_.pulled += static_cast<std::int64_t>(n.count * sizeof(float));
     return version_;
@@ -237,7 +245,7 @@ class ServerShard {
     const auto count = static_cast<std::int64_t>(n.count);
     const float scale = r.lr / r.batch_size;  // lr * g_i / n: see "The learning rate of a push"
     std::int64_t version = version_;
-    // BEGIN EXERCISE ex08.apply_push
+    // BEGIN EXERCISE ex08.ssp_server
     r.ready->make_wait(device_);  // the gradient is made before the copy reads it
     mgpu::copy_peer(device_, staging, worker, grad, n);
     if (mode_ == Mode::Bsp) {
@@ -250,7 +258,7 @@ class ServerShard {
       mgpu::sgd_update(device_, master_.data(), staging, count, scale);
     }
     ++version;
-    // END EXERCISE ex08.apply_push
+    // END EXERCISE ex08.ssp_server
     const std::lock_guard<std::mutex> lock(stats_mutex_);
     version_ = version;
   }

@@ -5,7 +5,8 @@
 # still a hole, each file's checksum); a folder of submissions is graded into one table, the
 # hidden case included; a malformed submission (not an archive, a file that is not an exercise's,
 # a checksum that does not match, a second hand-in of the same student), one that runs past its
-# time limit, each gets its row and stops none of the others.
+# time limit, each gets its row and stops none of the others; every path grade_all.sh prints, and
+# every path a student's sheet names, exists after it ends.
 #
 #   submissions.sh STUDENT_COPY      (about half a minute: one submission waits for its time limit)
 set -euo pipefail
@@ -134,6 +135,17 @@ grep -Eq '^eve,eve.tar.gz,malformed: CMakeLists.txt is not a file that holds an 
 grep -Eq '^fay,fay.tar.gz,malformed: chapters/01_small/code.cpp does not match its checksum' "$csv" || fail "fay's row"
 grep -q 'ex01.answer:hidden_again' "$work/out/results/ann/points.csv" || fail "the hidden case was not graded"
 [ "$(wc -l <"$csv")" -eq 8 ] || fail "grades.csv: $(($(wc -l <"$csv") - 1)) rows, expected 7"
+
+echo "-- grade_all.sh: every path it printed, and every path a sheet names, is there after it ended"
+paths=0
+while IFS= read -r path; do
+  paths=$((paths + 1))
+  [ -e "$path" ] || fail "a path printed or named in a sheet does not exist: $path"
+done < <(cat "$work/grade_all.out" "$work"/out/results/*/sheet.txt | grep -oE "$work/[^ ;,()']+" | sort -u)
+# bob's sheet names the log of his failed exercise; ann's and bob's their points.csv.
+[ "$paths" -ge 5 ] || fail "only $paths paths found in grade_all.sh's output and the sheets"
+grep -q "$work/out/results/bob/logs/ex01.other.log" "$work/out/results/bob/sheet.txt" ||
+  fail "bob's sheet does not name his failed exercise's log where it was kept"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed"

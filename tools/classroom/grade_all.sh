@@ -22,7 +22,10 @@
 #
 # OUT_DIR/grades.csv: one row per submission, student,submission,status,points_earned,
 # points_possible, then each exercise's points earned. OUT_DIR/results/<student>/: the score
-# sheet, points.csv and points.json, the logs. A summary table is printed at the end.
+# sheet, points.csv and points.json, the logs (the sheet names them there). A summary table is
+# printed at the end. Every path the script prints, and every path a sheet names, exists when it
+# ends: the copy each submission was built in is removed, so a build error names its file by its
+# place in the repository.
 # OUT_DIR must be new or empty, or one this script made (its clean copy is then used again).
 # Exit status: 0 every submission was graded (whatever its points), 1 one or more could not be
 # (malformed, no build, timed out), 2 a wrong command line or the clean copy could not be made.
@@ -139,6 +142,15 @@ check_submission() {
   done < <(find "$into/submission/files" -type f -print0 2>/dev/null)
 }
 
+# keep_paths_of_sheet SHEET FROM TO: every FROM in the file SHEET replaced by TO (plain text, not
+# a pattern: a path may hold any character sed would read as one).
+keep_paths_of_sheet() {
+  local sheet=$1 from=$2 to=$3 line
+  [ -f "$sheet" ] || return 0
+  while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "${line//"$from"/"$to"}"; done <"$sheet" >"$sheet.tmp" &&
+    mv "$sheet.tmp" "$sheet"
+}
+
 csv="$out/grades.csv"
 {
   printf 'student,submission,status,points_earned,points_possible'
@@ -195,7 +207,8 @@ for file in "$submissions"/*; do
   if ! timeout --kill-after=10 "$build_timeout" cmake --build "$work/build" -j"$(nproc)" >"$results/build.log" 2>&1; then
     status=$?
     if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then why="build timed out after $build_timeout s"; else why="does not build"; fi
-    grep -m 3 'error' "$results/build.log" | sed 's/^/   /'
+    # The copy is gone when this script ends: name the files by their place in the repository.
+    grep -m 3 'error' "$results/build.log" | while IFS= read -r line; do printf '   %s\n' "${line//"$work/"/}"; done
     echo "   $student: $why ($results/build.log)"
     row "$student" "$base" "$why" 0 0
     not_graded=$((not_graded + 1))
@@ -205,7 +218,10 @@ for file in "$submissions"/*; do
   timeout --kill-after=10 "$timeout" "$grade" "$work/build" --student "$student" --rubrics "$rubrics" \
     --timeout "$case_timeout" >"$results/sheet.txt" 2>&1
   status=$?
+  # The sheet names its logs, points.csv and points.json in the copy's build/grade, which is
+  # removed below: they are kept in results/STUDENT/logs, and the sheet is made to say so.
   cp -r "$work/build/grade" "$results/logs" 2>/dev/null
+  keep_paths_of_sheet "$results/sheet.txt" "$work/build/grade/" "$results/logs/"
   if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "   $student: timed out after $timeout s ($results/sheet.txt)"
     row "$student" "$base" "timed out after $timeout s" 0 0
