@@ -7,9 +7,11 @@ if(TARGET 06_mixed_precision)
   set_tests_properties(test_mixed_precision_real_data PROPERTIES SKIP_RETURN_CODE 77)
   mgpu_chaos_tests(test_mixed_precision)
 
-  mgpu_exercise(ex06.to_bf16             test_mixed_precision "bf16:*")
-  mgpu_exercise(ex06.loss_scaler_update  test_mixed_precision "LossScaler: an overflow*" "LossScaler: the scale*"
-                "a skipped step*" "an inf on one device*")
+  # ex06.to_bf16 holds the three roundings of formats.h: bf16's, tf32's and fp16's helper.
+  mgpu_exercise(ex06.to_bf16             test_mixed_precision "bf16:*" "tf32:*" "fp16:*")
+  mgpu_exercise(ex06.loss_scaler_update  test_mixed_precision "unscale_and_check:*" "LossScaler: an overflow*"
+                "LossScaler: the scale*" "a skipped step*" "an inf on one device*")
+  mgpu_exercise(ex06.ring16              test_mixed_precision "Ring16Allreduce:*")
   mgpu_exercise(ex06.accumulate          test_mixed_precision "accumulation:*")
 
   # The program's command line: each refusal says why and exits 2.

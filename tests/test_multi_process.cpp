@@ -4,11 +4,13 @@
 // world of one, run by rank 0 alone.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -337,6 +339,73 @@ TEST_CASE("choose_collective: ranks sharing a GPU fall back to MPI together, or 
   CHECK(note.find("summed with MPI") != std::string::npos);
   CHECK_THROWS_WITH_AS(mp::choose_collective(w, mp::CollectiveKind::Nccl, true, sharing, nullptr),
                        doctest::Contains("--collective nccl: 2 ranks share a GPU"), mgpu::Error);
+}
+
+TEST_CASE("broadcast_from_rank0: every rank ends with rank 0's floats and bytes, whatever it held") {
+  const mp::World w = world();
+  for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(1000)}) {
+    CAPTURE(n);
+    std::vector<float> mine(n);
+    for (std::size_t j = 0; j < n; ++j) mine[j] = float(w.rank) * 1000 + float(j);  // rank 0's: 0, 1, 2, ...
+    mp::broadcast_from_rank0(w, mine.data(), mgpu::Elements{n});
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < n; ++j) wrong += mine[j] != float(j);
+    CHECK(wrong == 0);
+  }
+  char bytes[128];  // the size of an ncclUniqueId
+  for (int j = 0; j < 128; ++j) bytes[j] = char(w.rank == 0 ? j : 255 - j);
+  mp::broadcast_from_rank0(w, bytes, sizeof bytes);
+  int wrong = 0;
+  for (int j = 0; j < 128; ++j) wrong += bytes[j] != char(j);
+  CHECK(wrong == 0);
+}
+
+// cpu_threads_for reads OMP_NUM_THREADS and this process's affinity mask: each case sets them,
+// and the end puts back what was there.
+TEST_CASE("cpu_threads_for: OMP_NUM_THREADS first, else the mask: all of it when bound, a share when not") {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_env = env ? env : "";
+  cpu_set_t saved_mask;
+  REQUIRE(sched_getaffinity(0, sizeof saved_mask, &saved_mask) == 0);
+  mp::World w = world();
+
+  setenv("OMP_NUM_THREADS", "3", 1);
+  CHECK(mp::cpu_threads_for(w) == 3);
+  setenv("OMP_NUM_THREADS", "0", 1);
+  CHECK(mp::cpu_threads_for(w) == 1);  // at least one thread
+  unsetenv("OMP_NUM_THREADS");
+
+  // Bound to one core (as mpirun binds a rank): that core, however many ranks share the machine.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved_mask)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  for (int local_size : {1, 4}) {
+    w.local_size = local_size;
+    CHECK(mp::cpu_threads_for(w) == 1);
+  }
+  // Free to run on every core of the machine (not bound): the cores shared among its ranks.
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < online && c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+  if (sched_setaffinity(0, sizeof all, &all) == 0 && online > 1) {
+    w.local_size = 1;
+    CHECK(mp::cpu_threads_for(w) == online);
+    w.local_size = 2;
+    CHECK(mp::cpu_threads_for(w) == online / 2);
+    w.local_size = 4 * online;
+    CHECK(mp::cpu_threads_for(w) == 1);
+  } else {
+    MESSAGE("this process may not run on all " << online << " cores: the unbound case is not checked");
+  }
+
+  sched_setaffinity(0, sizeof saved_mask, &saved_mask);
+  if (env) setenv("OMP_NUM_THREADS", saved_env.c_str(), 1);
 }
 
 }  // namespace

@@ -27,14 +27,18 @@ RingAllreduce::~RingAllreduce() {
 
 void RingAllreduce::receive_and_add(int to, float* dst, int from, const float* src, Elements n) {
   mark(to);
+  // BEGIN EXERCISE ex03.reduce_scatter
   mgpu::copy_peer(devices_[to], staging_[to].data(), devices_[from], src, n);
   mgpu::add_into(devices_[to], dst, staging_[to].data(), static_cast<std::int64_t>(n.count));
+  // END EXERCISE ex03.reduce_scatter
   mark(to);
 }
 
 void RingAllreduce::receive(int to, float* dst, int from, const float* src, Elements n) {
   mark(to);
+  // BEGIN EXERCISE ex03.all_gather
   mgpu::copy_peer(devices_[to], dst, devices_[from], src, n);
+  // END EXERCISE ex03.all_gather
   mark(to);
 }
 
@@ -47,18 +51,6 @@ bool RingAllreduce::check(const std::vector<float*>& data, Elements n) const {
   return devices_.size() > 1 && n.count > 0;  // one device already holds the sum
 }
 
-void RingAllreduce::mark_ready() {
-  for (int i = 0; i < devices_.size(); ++i) step_done_[i]->record(devices_[i]);
-}
-
-void RingAllreduce::wait_for_readers() {
-  // Device i's buffer is read by device i+1 in the last step: nothing queued on device i after
-  // this (the next half, or the next step's zeroing of the gradients) may start before that
-  // read is done.
-  const int k = devices_.size();
-  for (int i = 0; i < k; ++i) step_done_[(i + 1) % k]->make_wait(devices_[i]);
-}
-
 void RingAllreduce::mark(int device) {
   if (marks_) marks_->emplace_back().record(devices_[device]);
 }
@@ -68,15 +60,18 @@ void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
   all_gather(data, n);
 }
 
-// In every step, the receiver waits only for its sender's previous step (step_done_). That one
-// rule also keeps a sender from overwriting a chunk before its receiver has read it: the wait
-// chains all the way round the ring (README).
 void RingAllreduce::reduce_scatter(const std::vector<float*>& data, Elements n) {
   if (!check(data, n)) return;
-  mark_ready();  // "my gradient is computed"
   // BEGIN EXERCISE ex03.reduce_scatter
   const int k = devices_.size();
-  // In step s device i receives chunk (i - 1 - s) mod k from device i - 1 and adds it to its own.
+  // One rule orders everything: in every step the receiver waits for its sender's previous
+  // step (step_done_), and for nothing else. It also keeps a sender from changing a chunk its
+  // own receiver may still be reading from an earlier step: device i's step waits for device
+  // i - 1's previous step, which waited for device i - 2's, and so on, k - 1 links back round
+  // the ring to device i + 1 (README, "Step 2: the ring").
+  for (int i = 0; i < k; ++i) step_done_[i]->record(devices_[i]);  // "my gradient is computed"
+  // In step s device i receives chunk (i - 1 - s) mod k from device i - 1 and adds it to its own:
+  // after k - 1 steps the chunk that arrives last, (i + 1) mod k, holds every device's share.
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
       const int from = (i + k - 1) % k;
@@ -84,18 +79,23 @@ void RingAllreduce::reduce_scatter(const std::vector<float*>& data, Elements n) 
       step_done_[from]->make_wait(devices_[i]);
       receive_and_add(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
     }
-    mark_ready();  // this step is done
+    for (int i = 0; i < k; ++i) step_done_[i]->record(devices_[i]);  // this step is done
   }
+  // Device i's buffer is read by device i + 1 in the last step: nothing queued on device i
+  // after this (the all-gather, or the next step's zeroing of the gradients) may start before.
+  for (int i = 0; i < k; ++i) step_done_[(i + 1) % k]->make_wait(devices_[i]);
   // END EXERCISE ex03.reduce_scatter
-  wait_for_readers();
 }
 
 void RingAllreduce::all_gather(const std::vector<float*>& data, Elements n) {
   if (!check(data, n)) return;
-  mark_ready();  // "my complete chunk is ready"
   // BEGIN EXERCISE ex03.all_gather
   const int k = devices_.size();
-  // In step s device i receives the complete chunk (i - s) mod k from device i - 1.
+  // The reduce-scatter's one rule, with stores instead of adds: each receiver waits for its
+  // sender's previous step, and at the end no device goes on before its successor has read it.
+  for (int i = 0; i < k; ++i) step_done_[i]->record(devices_[i]);  // "my complete chunk is ready"
+  // In step s device i receives the complete chunk (i - s) mod k from device i - 1: in step 0
+  // the one device i - 1 completed, then each step the one it received in the step before.
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
       const int from = (i + k - 1) % k;
@@ -103,10 +103,10 @@ void RingAllreduce::all_gather(const std::vector<float*>& data, Elements n) {
       step_done_[from]->make_wait(devices_[i]);
       receive(i, data[i] + c.begin, from, data[from] + c.begin, Elements{c.count});
     }
-    mark_ready();  // this step is done
+    for (int i = 0; i < k; ++i) step_done_[i]->record(devices_[i]);  // this step is done
   }
+  for (int i = 0; i < k; ++i) step_done_[(i + 1) % k]->make_wait(devices_[i]);
   // END EXERCISE ex03.all_gather
-  wait_for_readers();
 }
 
 std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<float*>& data, Elements n) {
@@ -121,7 +121,8 @@ std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<f
     throw;
   }
   marks_ = nullptr;
-  // The marks came in pairs (receive_and_add, receive), step by step, device by device (run()'s loops).
+  // The marks came in pairs (receive_and_add, receive), step by step and, within a step, device
+  // 0 first (ring.h asks the halves for that order).
   const int k = devices_.size();
   std::vector<StepSpan> spans;
   double first = 0;

@@ -1,13 +1,13 @@
 // d2l 13.5, exercise 3, answered the way NCCL and Horovod answer it: a ring allreduce.
 //
 // k devices stand in a ring, device i sends to device i+1 (mod k). Each device's buffer of n
-// elements is cut into k chunks. Then:
+// elements is cut into k chunks (mgpu::chunk_of). Then:
 //
-//   reduce-scatter, k-1 steps: in step s, device i sends chunk (i - s) mod k to device i+1,
-//     which adds it into its own copy of that chunk. After k-1 steps, device i holds the
-//     complete sum of chunk (i + 1) mod k.
-//   all-gather, k-1 steps: in step s, device i sends chunk (i + 1 - s) mod k, complete, to
-//     device i+1, which stores it. After k-1 steps every device holds every complete chunk.
+//   reduce-scatter, k-1 steps: in each step every device sends one chunk to device i+1, which
+//     adds it into its own copy of that chunk. Afterwards device i holds the complete sum of
+//     chunk (i + 1) mod k.
+//   all-gather, k-1 steps: in each step every device sends one complete chunk to device i+1,
+//     which stores it. Afterwards every device holds every complete chunk.
 //
 // Each device sends and receives 2(k-1) chunks of n/k elements: 2(k-1)/k * n in all, whatever
 // k is, and every link of the ring is busy at once. Chapter 02's allreduce sends 2(k-1) whole
@@ -42,6 +42,9 @@ class RingAllreduce : public mgpu::Collective {
   //   reduce_scatter: afterwards device i's chunk (i + 1) mod k holds that chunk's sum over
   //                   all devices; its other chunks hold partial sums.
   //   all_gather:     device i's chunk (i + 1) mod k is copied to every other device.
+  // Each only queues work: a device's part of a step is a receive on its own stream (below),
+  // ordered after its sender's work by the step_done_ events. Each half queues its receives
+  // step by step and, within a step, device 0 first: timeline() reads its marks in that order.
   void reduce_scatter(const std::vector<float*>& data, Elements n);
   void all_gather(const std::vector<float*>& data, Elements n);
   // One run(data, n) as the devices ran it: when each device's stream began and ended its part
@@ -57,10 +60,6 @@ class RingAllreduce : public mgpu::Collective {
  private:
   // Refuses a wrong buffer count or size; false when there is nothing to do (k = 1 or n = 0).
   bool check(const std::vector<float*>& data, Elements n) const;
-  // The waits that begin and end each half (README, "Step 2: the ring"): every device marks its
-  // buffer ready; at the end, no device goes on before its successor has read its buffer.
-  void mark_ready();
-  void wait_for_readers();
   // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer), or
   // to's chunk = from's chunk. While timeline() runs, each also stamps its begin and end.
   void receive_and_add(int to, float* dst, int from, const float* src, Elements n);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #if MGPU_CUDA && MGPU_HAVE_NCCL
 #include "common/nccl.h"
 #endif
@@ -185,11 +186,15 @@ class MpiAllreduce : public mgpu::Collective {
 // --- nccl ---------------------------------------------------------------------------------
 #if MGPU_CUDA && MGPU_HAVE_NCCL
 
+// The NCCL bootstrap: the 128 bytes every rank must pass to ncclCommInitRank, made once on
+// rank 0 and sent to the others over MPI. Every rank must call it.
 ncclUniqueId unique_id_from_rank0(const World& w) {
+  // BEGIN EXERCISE ex05.bootstrap
   ncclUniqueId id{};
   if (w.rank == 0) MGPU_CHECK_NCCL(ncclGetUniqueId(&id));
   broadcast_from_rank0(w, &id, sizeof id);
   return id;
+  // END EXERCISE ex05.bootstrap
 }
 
 // One NCCL communicator over all ranks, one GPU per rank. Without overlap, ncclAllReduce runs
@@ -277,6 +282,7 @@ CollectiveKind default_collective() { return nccl_available() ? CollectiveKind::
 
 CollectiveKind choose_collective(const World& w, CollectiveKind wanted, bool explicitly, int ranks_per_gpu,
                                 std::string* note) {
+  // BEGIN EXERCISE ex05.bootstrap
   // Decided together: one rank on a GPU of its own and another sharing one must still agree.
   const int most_sharing = static_cast<int>(max_over_ranks(w, ranks_per_gpu));
   if (wanted != CollectiveKind::Nccl || most_sharing <= 1) return wanted;
@@ -286,6 +292,7 @@ CollectiveKind choose_collective(const World& w, CollectiveKind wanted, bool exp
     throw mgpu::Error("--collective nccl: " + why + "; start at most one rank per GPU, or use --collective mpi");
   if (note) *note = why + ": the gradients are summed with MPI, staged through the host (one rank per GPU uses NCCL)";
   return CollectiveKind::Mpi;
+  // END EXERCISE ex05.bootstrap
 }
 
 std::unique_ptr<mgpu::Collective> make_allreduce(CollectiveKind kind, const World& w, const mgpu::Device& d,

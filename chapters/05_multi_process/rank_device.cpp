@@ -7,10 +7,12 @@
 #include <cstdlib>
 
 #include "common/check.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
 namespace mp {
 
 int cpu_threads_for(const World& w) {
+  // BEGIN EXERCISE ex05.bootstrap
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env) return std::max(1, std::atoi(env));
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof mask, &mask) != 0) return 1;
@@ -18,19 +20,23 @@ int cpu_threads_for(const World& w) {
   const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   const bool bound = allowed < online;
   return std::max(1, bound ? allowed : allowed / w.local_size);
+  // END EXERCISE ex05.bootstrap
 }
 
 #if MGPU_CUDA
 
 namespace {
 
-// Local rank r drives GPU r % (GPUs this process sees).
+// The GPU (among those this process sees) that this rank drives: local ranks 0, 1, ... take
+// GPUs 0, 1, ... and start again from GPU 0 when there are more ranks than GPUs.
 int gpu_for(const World& w) {
   const int gpus = mgpu::gpu_count();
   if (gpus == 0)
     throw mgpu::Error("this is a cuda build but no GPU answers (cudaGetDeviceCount = 0); "
                       "configure with -DMGPU_BACKEND=cpu to run on the CPU");
+  // BEGIN EXERCISE ex05.bootstrap
   return w.local_rank % gpus;
+  // END EXERCISE ex05.bootstrap
 }
 
 // "host/0000:3b:00.0": the same string on two ranks exactly when they drive the same GPU.

@@ -1,7 +1,8 @@
 // The one device a process drives. Chapters 02-04 had one process drive k devices (a
 // DeviceSet); here every process has a DeviceSet of one, picked by its local rank:
-//   cuda build: GPU local_rank % (GPUs this process sees), with its own stream and cuBLAS
-//               handle; with more ranks than GPUs on a machine, ranks share GPUs round-robin
+//   cuda build: one of the GPUs this process sees, chosen by the local rank, with its own stream
+//               and cuBLAS handle; with more ranks than GPUs on a machine, ranks share GPUs
+//               round-robin
 //   cpu build:  the host, with its share of the machine's cores as OpenMP threads
 //
 // Whether ranks share a GPU is asked of the GPUs themselves: every rank names its GPU by

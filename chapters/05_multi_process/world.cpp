@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/check.h"
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 
 namespace mp {
 
@@ -105,20 +106,27 @@ int first_rank_where(const World& w, bool yes) {
 int count_ranks_with(const World& w, const std::string& key) {
   constexpr int kWidth = 256;  // characters per key; longer keys are refused, never cut
   if (key.size() >= kWidth) throw mgpu::Error("count_ranks_with: key longer than 255 characters: " + key);
+  // BEGIN EXERCISE ex05.bootstrap
+  // Every rank's key in a slot of kWidth characters (the rest zeros), gathered on every rank.
   std::vector<char> mine(kWidth, '\0'), all(std::size_t(kWidth) * w.size);
   std::copy(key.begin(), key.end(), mine.begin());
   MGPU_CHECK_MPI(MPI_Allgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, w.comm));
   int same = 0;
   for (int r = 0; r < w.size; ++r) same += key == std::string(all.data() + std::size_t(r) * kWidth);
   return same;
+  // END EXERCISE ex05.bootstrap
 }
 
 void broadcast_from_rank0(const World& w, float* data, mgpu::Elements n) {
+  // BEGIN EXERCISE ex05.bootstrap
   MGPU_CHECK_MPI(MPI_Bcast(data, mpi_count(n), MPI_FLOAT, 0, w.comm));
+  // END EXERCISE ex05.bootstrap
 }
 
 void broadcast_from_rank0(const World& w, void* bytes, std::size_t count) {
+  // BEGIN EXERCISE ex05.bootstrap
   MGPU_CHECK_MPI(MPI_Bcast(bytes, mpi_count(mgpu::Elements{count}), MPI_BYTE, 0, w.comm));
+  // END EXERCISE ex05.bootstrap
 }
 
 void together(const World& w, const std::function<void()>& work) {

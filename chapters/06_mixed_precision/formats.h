@@ -66,9 +66,12 @@ MGPU_HD inline float from_bf16(std::uint16_t h) { return float_of(std::uint32_t(
 // ---- fp16: 5 exponent bits (bias 15), 10 mantissa bits -------------------------------------
 
 // Rounds the significand m to nearest, ties to even, after dropping its `shift` low bits.
+// (1 <= shift <= 31.)
 MGPU_HD inline std::uint32_t shift_right_rounded(std::uint32_t m, int shift) {
+  // BEGIN EXERCISE ex06.to_bf16
   const std::uint32_t kept = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
   return kept + ((rest > half || (rest == half && (kept & 1u))) ? 1u : 0u);
+  // END EXERCISE ex06.to_bf16
 }
 
 MGPU_HD inline std::uint16_t to_fp16(float f) {
@@ -106,11 +109,15 @@ MGPU_HD inline float from_fp16(std::uint16_t h) {
 }
 
 // ---- tf32: fp32 with its mantissa rounded to 10 bits (still stored in 32) -------------------
+// The 13 low bits rounded away to nearest, ties to even, and left zero; NaN stays NaN, and a
+// value that rounds past the largest finite fp32 becomes infinity.
 MGPU_HD inline float to_tf32(float f) {
   std::uint32_t u = bits_of(f);
+  // BEGIN EXERCISE ex06.to_bf16
   if (is_nan_bits(u)) return f;
   u += 0xfffu + ((u >> 13) & 1u);  // as to_bf16, on the 13 dropped bits
   return float_of(u & ~0x1fffu);
+  // END EXERCISE ex06.to_bf16
 }
 
 // ---- one call for any precision -------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "../01_lenet/layers.h"  // chapter 01's layers: this chapter runs them on rounded inputs
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/parallel.h"
 #include "common/vector_ops.h"
 
@@ -48,17 +49,23 @@ struct AddEncoded {
   Precision p;
   std::uint16_t* dst;
   const std::uint16_t* src;
-  MGPU_HD void operator()(i64 i) const { dst[i] = encode16(p, decode16(p, dst[i]) + decode16(p, src[i])); }
+  MGPU_HD void operator()(i64 i) const {
+    // BEGIN EXERCISE ex06.ring16
+    dst[i] = encode16(p, decode16(p, dst[i]) + decode16(p, src[i]));
+    // END EXERCISE ex06.ring16
+  }
 };
 struct UnscaleAndCheck {
   float* g;
   float inv_scale;
   float* found_inf;
   MGPU_HD void operator()(i64 i) const {
+    // BEGIN EXERCISE ex06.loss_scaler_update
     g[i] *= inv_scale;
     // Every thread that finds one writes the same 1.0f: a race whose outcome does not depend on
     // who wins, so no atomic is needed (PyTorch's found_inf is set the same way).
     if (!is_finite(g[i])) *found_inf = 1.0f;
+    // END EXERCISE ex06.loss_scaler_update
   }
 };
 struct AddSums {  // dst[i] += src[i], over a Metrics' partial sums
@@ -91,7 +98,9 @@ void add_encoded(const Device& d, Precision p, std::uint16_t* dst, const std::ui
   mgpu::for_each_index(d, n, AddEncoded{p, dst, src}, 6.0 * n);
 }
 void unscale_and_check(const Device& d, float* g, i64 n, float inv_scale, float* found_inf) {
+  // BEGIN EXERCISE ex06.loss_scaler_update
   mgpu::zero_bytes(d, found_inf, sizeof(float));  // queued before the kernel: "none found" unless it finds one
+  // END EXERCISE ex06.loss_scaler_update
   mgpu::for_each_index(d, n, UnscaleAndCheck{g, inv_scale, found_inf}, 8.0 * n);
 }
 

@@ -33,8 +33,8 @@ void scale_and_round(const Device& d, Precision p, float* x, std::int64_t n, flo
 // dst[i] = encode16(p, src[i]) and back (p is BF16 or FP16): a gradient to and from the wire.
 void encode(const Device& d, Precision p, const float* src, std::uint16_t* dst, std::int64_t n);
 void decode(const Device& d, Precision p, const std::uint16_t* src, float* dst, std::int64_t n);
-// dst[i] = encode16(p, decode16(p, dst[i]) + decode16(p, src[i])): a 16-bit ring's add. The
-// two are added in fp32 and the sum rounded once.
+// dst[i] += src[i] on 16-bit values (p is BF16 or FP16): a 16-bit ring's add. The two are
+// added in fp32 and the sum rounded to p once.
 void add_encoded(const Device& d, Precision p, std::uint16_t* dst, const std::uint16_t* src, std::int64_t n);
 // GradScaler.unscale_: g[i] *= inv_scale, and *found_inf = 1 if any g[i] is inf or NaN, else 0.
 // found_inf is one float on d (many threads may write 1 to it at once: all write the same).

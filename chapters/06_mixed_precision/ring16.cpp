@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "mixed.h"
 
 namespace mixed {
@@ -33,8 +34,11 @@ void Ring16Allreduce::mark_ready() {
   for (int i = 0; i < devices_.size(); ++i) step_done_[i]->record(devices_[i]);
 }
 
-void Ring16Allreduce::half(const std::vector<std::uint16_t*>& wire, Elements n, int first_chunk, bool add) {
+void Ring16Allreduce::half(const std::vector<std::uint16_t*>& wire, Elements n, bool add) {
+  // BEGIN EXERCISE ex06.ring16
   const int k = devices_.size();
+  // Chapter 03's ring on 16-bit values: the same chunks, steps and waits.
+  const int first_chunk = add ? 0 : 1;  // the chunk device i - 1 sends in step 0
   mark_ready();  // "my buffer is ready to be read"
   for (int s = 0; s < k - 1; ++s) {
     for (int i = 0; i < k; ++i) {
@@ -52,6 +56,7 @@ void Ring16Allreduce::half(const std::vector<std::uint16_t*>& wire, Elements n, 
   }
   // No device goes on (to the next half, or to reuse its buffer) before its successor has read it.
   for (int i = 0; i < k; ++i) step_done_[(i + 1) % k]->make_wait(devices_[i]);
+  // END EXERCISE ex06.ring16
 }
 
 void Ring16Allreduce::run16(const std::vector<std::uint16_t*>& wire, Elements n) {
@@ -61,8 +66,8 @@ void Ring16Allreduce::run16(const std::vector<std::uint16_t*>& wire, Elements n)
     throw mgpu::Error("Ring16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
                       std::to_string(max_elements_) + " it was made for");
   if (devices_.size() == 1 || n.count == 0) return;
-  half(wire, n, /*first_chunk=*/0, /*add=*/true);   // reduce-scatter: device i completes chunk i + 1
-  half(wire, n, /*first_chunk=*/1, /*add=*/false);  // all-gather: and passes it round
+  half(wire, n, /*add=*/true);   // reduce-scatter: device i completes chunk (i + 1) mod k
+  half(wire, n, /*add=*/false);  // all-gather: and passes it round
 }
 
 void Ring16Allreduce::run(const std::vector<float*>& data, Elements n) {
@@ -71,6 +76,7 @@ void Ring16Allreduce::run(const std::vector<float*>& data, Elements n) {
   if (n.count > max_elements_)
     throw mgpu::Error("Ring16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
                       std::to_string(max_elements_) + " it was made for");
+  // BEGIN EXERCISE ex06.ring16
   const std::int64_t count = static_cast<std::int64_t>(n.count);
   std::vector<std::uint16_t*> wire;
   for (int i = 0; i < devices_.size(); ++i) {
@@ -81,6 +87,7 @@ void Ring16Allreduce::run(const std::vector<float*>& data, Elements n) {
   // 16 bits -> fp32. With one device this is the rounding alone: the same gradient a k-device
   // run would see, so 1 and k devices stay comparable.
   for (int i = 0; i < devices_.size(); ++i) decode(devices_[i], format_, wire_[i].data(), data[i], count);
+  // END EXERCISE ex06.ring16
 }
 
 }  // namespace mixed

@@ -32,11 +32,12 @@ class Ring16Allreduce : public mgpu::Collective {
   void run16(const std::vector<std::uint16_t*>& wire, mgpu::Elements n);
 
  private:
-  // One half of the ring, k - 1 steps: in step s device i receives from device i - 1 the chunk
-  // (i - 1 + first_chunk - s) mod k; first_chunk 0 is the reduce-scatter (it adds what it
-  // receives), 1 the all-gather (it stores it). The waits are chapter 03's, step by step.
-  void half(const std::vector<std::uint16_t*>& wire, mgpu::Elements n, int first_chunk, bool add);
-  void mark_ready();
+  // One half of chapter 03's ring, k - 1 steps, on wire[i]'s 16-bit values, with its chunks and
+  // its waits. add: the reduce-scatter, after which device i holds the complete sum of chunk
+  // (i + 1) mod k (each incoming chunk added with add_encoded, through staging_[i]); otherwise
+  // the all-gather, which passes those complete chunks round (each incoming chunk stored).
+  void half(const std::vector<std::uint16_t*>& wire, mgpu::Elements n, bool add);
+  void mark_ready();  // every device records its step_done_ event
   const mgpu::DeviceSet& devices_;
   Precision format_;
   std::size_t max_elements_;

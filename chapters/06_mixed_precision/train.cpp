@@ -148,11 +148,13 @@ bool MixedTrainer::step(std::vector<mgpu::DeviceData>& data, int first, int n, f
   //    inf/NaN on every device. The verdict must be one for all devices, or their weights would
   //    part ways: the host combines the flags (reading them waits for the devices).
   if (scaler_) {
+    // BEGIN EXERCISE ex06.loss_scaler_update
     for (std::size_t i = 0; i < replicas_.size(); ++i)
       unscale_and_check(*replicas_[i].device, replicas_[i].grads.flat(), count, 1.0f / scale, found_inf_[i].data());
     bool found = false;
     for (const mgpu::Buffer<float>& flag : found_inf_) found = found || flag.download()[0] != 0.0f;
     if (scaler_->update(found)) return false;  // skipped: the master weights stay as they were
+    // END EXERCISE ex06.loss_scaler_update
   }
   // 5. The SGD step on the fp32 master weights, the same on every device: the gradient of a
   //    summed loss is divided by n here, that of a mean loss already was.
