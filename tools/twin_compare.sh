@@ -8,6 +8,14 @@
 # A chapter that must refuse some flags before anything runs defines twin_check_flags (it may
 # call twin_flag); twin_compare calls it once the prerequisites are there.
 #
+# A chapter whose programs are started by a launcher (torchrun, mpirun) defines twin_launch,
+# called after twin_check_flags. It finds two arrays holding the plain commands, the words
+# before the shared flags: twin_cpp_command=(BUILD_DIR/bin/PROGRAM) and
+# twin_command=(PYTHON TWIN), and may put a launcher in front of either or add words of that
+# program's own after it. Chapter 05's, for 2 processes, in essence:
+#   twin_cpp_command=(mpirun -np 2 "${twin_cpp_command[@]}")
+#   twin_command=(mpirun -np 2 "${twin_command[@]}" --chapter 05_multi_process)
+#
 # The chapter's compare.sh takes [BUILD_DIR] [-- extra flags for both programs] (run from the
 # repository root). Both programs write a CSV into --out (default results/), the C++ one the file
 # its "wrote ....csv" line names (<RUN>.csv, named after its settings: 01_lenet for d2l's, as
@@ -72,6 +80,11 @@ twin_compare() {
   if declare -F twin_check_flags >/dev/null; then
     twin_check_flags
   fi
+  twin_cpp_command=("$cpp_bin")
+  twin_command=("$twin_python" "$twin")
+  if declare -F twin_launch >/dev/null; then
+    twin_launch
+  fi
 
   local logs
   logs=$(mktemp -d)
@@ -79,11 +92,11 @@ twin_compare() {
   trap "rm -rf '$logs'" EXIT
   # tee shows progress live and keeps a copy for parsing; with pipefail a failing program still
   # stops the script. (The ${a[@]+...} form keeps "set -u" quiet on older bash without flags.)
-  echo "== C++: $cpp_bin ${twin_extra[*]-}"
-  "$cpp_bin" ${twin_extra[@]+"${twin_extra[@]}"} | tee "$logs/cpp.txt"
+  echo "== C++: ${twin_cpp_command[*]} ${twin_extra[*]-}"
+  "${twin_cpp_command[@]}" ${twin_extra[@]+"${twin_extra[@]}"} | tee "$logs/cpp.txt"
   echo
-  echo "== PyTorch twin: $twin ${twin_extra[*]-}"
-  "$twin_python" "$twin" ${twin_extra[@]+"${twin_extra[@]}"} | tee "$logs/torch.txt"
+  echo "== PyTorch twin: ${twin_command[*]} ${twin_extra[*]-}"
+  "${twin_command[@]}" ${twin_extra[@]+"${twin_extra[@]}"} | tee "$logs/torch.txt"
   echo
 
   local cpp_backend cpp_acc cpp_sec py_backend py_acc py_sec
@@ -93,9 +106,9 @@ twin_compare() {
   py_backend=$(twin_field "$logs/torch.txt" backend)
   py_acc=$(twin_field "$logs/torch.txt" test_acc)
   py_sec=$(twin_field "$logs/torch.txt" sec_per_epoch)
-  printf '%-14s %-11s %-9s %s\n' program backend test_acc sec/epoch
-  printf '%-14s %-11s %-9s %s\n' "$program" "$cpp_backend" "$cpp_acc" "$cpp_sec"
-  printf '%-14s %-11s %-9s %s\n' "pytorch twin" "$py_backend" "$py_acc" "$py_sec"
+  printf '%-17s %-11s %-9s %s\n' program backend test_acc sec/epoch
+  printf '%-17s %-11s %-9s %s\n' "$program" "$cpp_backend" "$cpp_acc" "$cpp_sec"
+  printf '%-17s %-11s %-9s %s\n' "pytorch twin" "$py_backend" "$py_acc" "$py_sec"
   # bash has no floating point; awk does the division.
   awk -v py="$py_sec" -v cpp="$cpp_sec" 'BEGIN {
     if (cpp + 0 > 0) printf "PyTorch / C++ time per epoch: %.2fx\n", py / cpp
