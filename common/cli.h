@@ -43,7 +43,8 @@ Check positive_float();
 // Text that may not be empty nor start with "--" (a forgotten value); `what` names it:
 // "needs a directory".
 Check text(const std::string& what);
-// Letters, digits, '_', '-' and '.': a name that goes into file names as it is.
+// Letters, digits, '_', '-' and '.', not starting with '.' or '-': a name that goes into file
+// names as it is (a leading '.' hides the file, a leading '-' reads as an option to gnuplot).
 Check file_name_part();
 
 // A flag that is "on" or "off", stored in `value` (whose value now is the default the usage shows):
