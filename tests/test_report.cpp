@@ -407,7 +407,8 @@ TEST_CASE("the JSON of a finished run: its settings, every epoch, the result lin
   CHECK(r.at("first_epoch_sec") == doctest::Approx(2.5));
   CHECK(r.at("samples_per_sec") == 571);
   CHECK(r.at("backend") == mgpu::kBackendName);
-  for (const auto& [key, value] : log.result_fields()) {
+  for (const auto& field : log.result_fields()) {  // (key, value); no structured binding: CAPTURE is a lambda
+    const std::string& key = field.first;
     CAPTURE(key);
     CHECK(r.contains(key));
   }

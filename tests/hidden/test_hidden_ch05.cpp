@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "chapters/05_multi_process/collective.h"
@@ -38,7 +37,12 @@ TEST_CASE("hidden sampler: block_of tiles n items for every n below 300 and 1 to
 }
 
 TEST_CASE("hidden sampler: 997 examples in batches of 50 on 6 ranks, and 61 in batches of 64 on 5") {
-  for (auto [examples, batch, ranks] : {std::tuple{997, 50, 6}, std::tuple{61, 64, 5}, std::tuple{130, 9, 4}}) {
+  struct Case {
+    int examples, batch, ranks;
+  };
+  for (const Case c : {Case{997, 50, 6}, Case{61, 64, 5}, Case{130, 9, 4}}) {
+    // Named copies, not a structured binding: CAPTURE's lambda may not capture one (clang 14).
+    const int examples = c.examples, batch = c.batch, ranks = c.ranks;
     CAPTURE(examples);
     CAPTURE(batch);
     CAPTURE(ranks);
