@@ -26,7 +26,7 @@ struct ChapterOptions {
   std::vector<int> cuts;  // --split; empty: pp::default_cuts
   bool split_given = false;
   int micro_batches = 4;
-  const CLI::Option* micro_option = nullptr;  // --micro-batches: given, or the default?
+  bool micro_given = false;  // --micro-batches given, not the default
   pp::Schedule schedule = pp::Schedule::GPipe;
   int replicas = 1;        // --data-parallel
   int profile_steps = 10;  // --profile-steps
@@ -48,7 +48,7 @@ std::string parse_cuts(const std::string& v, std::vector<int>& cuts) {
   return "";
 }
 
-// This chapter's flags, beside the shared ones; `split_given` and `micro_option` tell what the
+// This chapter's flags, beside the shared ones; `split_given` and `micro_given` tell what the
 // user chose from the defaults.
 void add_flags(CLI::App& app, ChapterOptions& c) {
   app.add_option_function<std::string>(
@@ -72,11 +72,14 @@ void add_flags(CLI::App& app, ChapterOptions& c) {
          "1f1b: one forward, one backward in turn")
       ->check(CLI::IsMember({"naive", "gpipe", "1f1b"}))
       ->default_str("gpipe");
-  c.micro_option = app.add_option("--micro-batches", c.micro_batches,
-                                  "micro-batches per step and replica, 1 to the batch size; they need not divide it "
-                                  "(the first ones take one example more)")
-                       ->check(mgpu::integer(1))
-                       ->capture_default_str();
+  // Whether it was given is noted as it is read (each): the app, and its options, are gone by the
+  // time check() runs.
+  app.add_option("--micro-batches", c.micro_batches,
+                 "micro-batches per step and replica, 1 to the batch size; they need not divide it "
+                 "(the first ones take one example more)")
+      ->check(mgpu::integer(1))
+      ->each([&c](const std::string&) { c.micro_given = true; })
+      ->capture_default_str();
   app.add_option("--data-parallel", c.replicas, "R copies of the pipeline (the hybrid): --devices = stages x R")
       ->check(mgpu::integer(1, 64))
       ->capture_default_str();
@@ -100,7 +103,7 @@ std::string check(ChapterOptions& c, const mgpu::Options& o) {
     return "--split names " + std::to_string(c.cuts.size()) + " cut(s), but " + std::to_string(stages) + " stage(s) need " +
            std::to_string(stages - 1);
   if (c.schedule == pp::Schedule::Naive) {
-    if (c.micro_option->count() > 0 && c.micro_batches != 1)
+    if (c.micro_given && c.micro_batches != 1)
       return "--schedule naive runs the whole batch at once: --micro-batches must be 1, got " +
              std::to_string(c.micro_batches) + " (use gpipe or 1f1b)";
     c.micro_batches = 1;

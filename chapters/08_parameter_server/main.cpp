@@ -24,7 +24,7 @@ namespace {
 struct Flags {
   ps::Settings settings;
   int servers = 1;
-  const CLI::Option* staleness_option = nullptr;  // --staleness: given, or the default?
+  bool staleness_given = false;  // --staleness given, not the default
   std::string straggler_text;  // as typed, for the run's name
 };
 
@@ -52,9 +52,12 @@ void add_flags(CLI::App& app, Flags& f) {
          "worker runs more than --staleness steps ahead of the slowest")
       ->check(CLI::IsMember({"bsp", "asp", "ssp"}))
       ->default_str("bsp");
-  f.staleness_option = app.add_option("--staleness", f.settings.staleness, "ssp's bound (only with --mode ssp)")
-                           ->check(mgpu::integer(0, 1000))
-                           ->capture_default_str();
+  // Whether it was given is noted as it is read (each): the app, and its options, are gone by the
+  // time check_flags() runs.
+  app.add_option("--staleness", f.settings.staleness, "ssp's bound (only with --mode ssp)")
+      ->check(mgpu::integer(0, 1000))
+      ->each([&f](const std::string&) { f.staleness_given = true; })
+      ->capture_default_str();
   app.add_option("--servers", f.servers, "server shards, each on its own device")
       ->check(mgpu::integer(1, 64))
       ->capture_default_str();
@@ -71,7 +74,7 @@ void add_flags(CLI::App& app, Flags& f) {
 
 // The checks between flags, once all are read: the reason, or "".
 std::string check_flags(const Flags& f, const mgpu::Options& o) {
-  if (f.staleness_option->count() > 0 && f.settings.mode != ps::Mode::Ssp)
+  if (f.staleness_given && f.settings.mode != ps::Mode::Ssp)
     return "--staleness is the bound of --mode ssp; it means nothing with --mode " + ps::mode_name(f.settings.mode);
   if (f.settings.straggler >= o.devices)
     return "--straggler " + std::to_string(f.settings.straggler) + ": there are only " + std::to_string(o.devices) +
