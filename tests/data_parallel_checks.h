@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "../chapters/02_data_parallel/data_parallel.h"
+#include "../chapters/03_ring_allreduce/benchmark.h"
+#include "../chapters/03_ring_allreduce/ring.h"
 #include "common/vector_ops.h"
 #include "helpers.h"
 
@@ -137,6 +139,52 @@ inline std::vector<lenet::HostParams> train_steps(const mgpu::DeviceSet& devices
   std::vector<lenet::HostParams> out;
   for (dp::Replica& r : replicas) out.push_back(r.params.download());
   return out;
+}
+
+// Rounds of reduce_scatter queued back to back, the host waiting for nothing in between: each
+// round copies fresh inputs into the buffers, reduces, and copies each device's complete chunk
+// aside, all on the devices' streams. Only the waits that end the reduce-scatter keep a round's
+// fresh inputs from overwriting a buffer its neighbour is still reading. Device i's input of
+// round r is bench::input(seed + i + seed_step * r, j): small integers, exact in any order.
+inline void check_reduce_scatter_rounds(int k, std::size_t n, int rounds, int seed, int seed_step) {
+  CAPTURE(k);
+  CAPTURE(n);
+  mgpu::DeviceSet devices(k);
+  std::vector<mgpu::Buffer<float>> buffers, inputs, results;
+  std::vector<float*> data;
+  for (int i = 0; i < k; ++i) buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
+  for (int r = 0; r < rounds; ++r)
+    for (int i = 0; i < k; ++i) {
+      std::vector<float> host(n);
+      for (std::size_t j = 0; j < n; ++j) host[j] = bench::input(seed + i + seed_step * r, j);
+      inputs.push_back(on_device(devices[i], host));  // inputs[r * k + i]
+      results.emplace_back(devices[i], n);
+    }
+  devices.synchronize();
+  ring::RingAllreduce ring(devices, n);
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < k; ++i)
+      mgpu::copy_peer(devices[i], data[i], devices[i], inputs[r * k + i].data(), mgpu::Elements{n});
+    ring.reduce_scatter(data, mgpu::Elements{n});
+    for (int i = 0; i < k; ++i) {
+      const mgpu::Chunk c = mgpu::chunk_of(mgpu::Elements{n}, k, (i + 1) % k);
+      mgpu::copy_peer(devices[i], results[r * k + i].data() + c.begin, devices[i], data[i] + c.begin,
+                      mgpu::Elements{c.count});
+    }
+  }
+  for (int r = 0; r < rounds; ++r) {
+    CAPTURE(r);
+    std::vector<float> sum(n, 0.0f);
+    for (int i = 0; i < k; ++i)
+      for (std::size_t j = 0; j < n; ++j) sum[j] += bench::input(seed + i + seed_step * r, j);
+    for (int i = 0; i < k; ++i) {
+      const mgpu::Chunk c = mgpu::chunk_of(mgpu::Elements{n}, k, (i + 1) % k);
+      const std::vector<float> got = results[r * k + i].download();
+      check_equal(std::vector<float>(got.begin() + c.begin, got.begin() + c.begin + c.count),
+                           std::vector<float>(sum.begin() + c.begin, sum.begin() + c.begin + c.count),
+                           "device " + std::to_string(i) + "'s complete chunk");
+    }
+  }
 }
 
 }  // namespace testing

@@ -61,49 +61,8 @@ struct Rounds {
 
 TEST_CASE("hidden reduce_scatter: rounds back to back on 6 to 8 devices, no host wait between them") {
   for (int k = 6; k <= 8; ++k)
-    for (std::size_t n : {std::size_t(k + 3), std::size_t(2053)}) {
-      CAPTURE(k);
-      CAPTURE(n);
-      mgpu::DeviceSet devices(k);
-      const int rounds = 4;
-      std::vector<mgpu::Buffer<float>> buffers, inputs, results;
-      std::vector<float*> data;
-      for (int i = 0; i < k; ++i) buffers.emplace_back(devices[i], n), data.push_back(buffers.back().data());
-      for (int r = 0; r < rounds; ++r)
-        for (int i = 0; i < k; ++i) {
-          std::vector<float> host(n);
-          for (std::size_t j = 0; j < n; ++j) host[j] = bench::input(5 * r + i + 2, j);
-          inputs.push_back(testing::on_device(devices[i], host));  // inputs[r * k + i]
-          results.emplace_back(devices[i], n);
-        }
-      devices.synchronize();
-      ring::RingAllreduce ring(devices, n);
-      // Fresh inputs in, reduce-scatter, each complete chunk copied aside: every round queued on
-      // the devices' streams, the host waiting for nothing until the end.
-      for (int r = 0; r < rounds; ++r) {
-        for (int i = 0; i < k; ++i)
-          mgpu::copy_peer(devices[i], data[i], devices[i], inputs[r * k + i].data(), Elements{n});
-        ring.reduce_scatter(data, Elements{n});
-        for (int i = 0; i < k; ++i) {
-          const mgpu::Chunk c = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
-          mgpu::copy_peer(devices[i], results[r * k + i].data() + c.begin, devices[i], data[i] + c.begin,
-                          Elements{c.count});
-        }
-      }
-      for (int r = 0; r < rounds; ++r) {
-        CAPTURE(r);
-        std::vector<float> sum(n, 0.0f);
-        for (int i = 0; i < k; ++i)
-          for (std::size_t j = 0; j < n; ++j) sum[j] += bench::input(5 * r + i + 2, j);
-        int wrong = 0;
-        for (int i = 0; i < k; ++i) {
-          const mgpu::Chunk c = mgpu::chunk_of(Elements{n}, k, (i + 1) % k);
-          const std::vector<float> got = results[r * k + i].download();
-          for (std::size_t j = c.begin; j < c.begin + c.count; ++j) wrong += got[j] != sum[j];
-        }
-        CHECK(wrong == 0);
-      }
-    }
+    for (std::size_t n : {std::size_t(k + 3), std::size_t(2053)})
+      testing::check_reduce_scatter_rounds(k, n, 4, /*seed=*/2, /*seed_step=*/5);
 }
 
 TEST_CASE("hidden ring allreduce: rounds back to back on 3 to 7 devices, each round's sum exact") {
