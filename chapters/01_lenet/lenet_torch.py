@@ -264,6 +264,22 @@ def evaluate(params, X, y, precision_context=contextlib.nullcontext):
 # Training
 # --------------------------------------------------------------------------
 
+def write_csv(path, rows):
+    """One row per epoch, (epoch, train_loss, train_acc, test_acc, seconds), as the C++ programs write it."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["epoch", "train_loss", "train_acc", "test_acc", "seconds"])
+        for epoch, train_loss, train_acc, test_acc, seconds in rows:
+            w.writerow([epoch, f"{train_loss:.6f}", f"{train_acc:.6f}", f"{test_acc:.6f}", f"{seconds:.4f}"])
+
+
+def seconds_per_epoch(epoch_times):
+    """As the C++ programs do: the first epoch pays one-time set-up, so with more than one epoch
+    the mean of the others."""
+    timed = epoch_times[1:] if len(epoch_times) > 1 else epoch_times
+    return sum(timed) / len(timed)
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -325,16 +341,8 @@ def main():
         print(f"epoch {epoch:>{width}}/{args.epochs}  loss {train_loss:.4f}  train_acc {train_acc:.4f}"
               f"  test_acc {test_acc:.4f}  sec {seconds:.2f}", flush=True)
 
-    with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["epoch", "train_loss", "train_acc", "test_acc", "seconds"])
-        for epoch, train_loss, train_acc, test_acc, seconds in rows:
-            w.writerow([epoch, f"{train_loss:.6f}", f"{train_acc:.6f}", f"{test_acc:.6f}", f"{seconds:.4f}"])
-
-    # As the C++ programs do: the first epoch pays one-time set-up, so with more than one
-    # epoch sec_per_epoch is the mean of the others.
-    timed = epoch_times[1:] if len(epoch_times) > 1 else epoch_times
-    sec_per_epoch = sum(timed) / len(timed)
+    write_csv(csv_path, rows)
+    sec_per_epoch = seconds_per_epoch(epoch_times)
     samples_per_sec = round(n_train / sec_per_epoch)
     print(f"result: chapter={CHAPTER} backend=torch-{device.type} devices=1 epochs={args.epochs}"
           f" batch={args.batch_size} lr={args.lr:g} precision={args.precision} test_acc={rows[-1][3]:.4f}"

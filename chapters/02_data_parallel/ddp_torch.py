@@ -33,7 +33,6 @@ over the processes) and the learning rate are chapter 02's.
 """
 
 import argparse
-import csv
 import datetime
 import os
 import socket
@@ -58,7 +57,7 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "01_lenet"))
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
                          find_data_dir, init_params, load_split, non_negative_int, positive_float,
-                         positive_int, use_precision)
+                         positive_int, seconds_per_epoch, use_precision, write_csv)
 
 CHAPTERS = ("02_data_parallel", "05_multi_process")
 
@@ -335,15 +334,8 @@ def main():
 
     if world.rank == 0:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, f"{chapter}.csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["epoch", "train_loss", "train_acc", "test_acc", "seconds"])
-            for epoch, train_loss, train_acc, test_acc, seconds in rows:
-                w.writerow([epoch, f"{train_loss:.6f}", f"{train_acc:.6f}", f"{test_acc:.6f}", f"{seconds:.4f}"])
-        # As the C++ programs do: the first epoch pays one-time set-up, so with more than one
-        # epoch sec_per_epoch is the mean of the others.
-        timed = epoch_times[1:] if len(epoch_times) > 1 else epoch_times
-        sec_per_epoch = sum(timed) / len(timed)
+        write_csv(os.path.join(args.out, f"{chapter}.csv"), rows)
+        sec_per_epoch = seconds_per_epoch(epoch_times)
         print(f"result: chapter={chapter} backend=torch-{device.type} devices={world.size} epochs={args.epochs}"
               f" batch={args.batch_size} lr={args.lr:g} precision=fp32 test_acc={rows[-1][3]:.4f}"
               f" sec_per_epoch={sec_per_epoch:.2f} samples_per_sec={round(n_train / sec_per_epoch)}"

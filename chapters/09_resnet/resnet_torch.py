@@ -31,7 +31,6 @@ Run it with Debian's interpreter, which is where python3-torch lives:
 """
 
 import argparse
-import csv
 import os
 import sys
 import time
@@ -51,7 +50,8 @@ from torch import nn
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "01_lenet"))
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
                          add_precision_argument, check_precision, find_data_dir, load_split,
-                         non_negative_int, positive_float, positive_int, use_precision)
+                         non_negative_int, positive_float, positive_int, seconds_per_epoch, use_precision,
+                         write_csv)
 
 CHAPTER = "09_resnet_torch"
 
@@ -211,14 +211,6 @@ def evaluate(net, X, y, precision_context):
     return correct.item() / X.shape[0]
 
 
-def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["epoch", "train_loss", "train_acc", "test_acc", "seconds"])
-        for epoch, train_loss, train_acc, test_acc, seconds in rows:
-            w.writerow([epoch, f"{train_loss:.6f}", f"{train_acc:.6f}", f"{test_acc:.6f}", f"{seconds:.4f}"])
-
-
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -304,10 +296,7 @@ def main():
 
     write_csv(csv_path, rows)
 
-    # As the C++ programs and chapter 01's twin do: the first epoch pays one-time
-    # set-up, so with more than one epoch sec_per_epoch is the mean of the others.
-    timed = epoch_times[1:] if len(epoch_times) > 1 else epoch_times
-    sec_per_epoch = sum(timed) / len(timed)
+    sec_per_epoch = seconds_per_epoch(epoch_times)
     samples_per_sec = round(n_train / sec_per_epoch)
     print(f"result: chapter={CHAPTER} backend=torch-{args.backend} devices={args.devices} epochs={args.epochs}"
           f" batch={args.batch_size} lr={args.lr:g} width={args.width} precision={args.precision}"
