@@ -26,17 +26,21 @@ add_test(NAME 02_ddp_torch_twin
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ddp_twin.sh torchrun 2 ${ddp_results}/02_ddp_torch --devices 2 ${ddp_tiny})
 set_tests_properties(02_ddp_torch_twin PROPERTIES LABELS torch SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS 2)
 
-# Its compare.sh: the C++ program on 2 devices beside the twin on 2 processes, the table and
-# the ratio (and the plot, where gnuplot is).
-add_test(NAME 02_compare_torch
-         COMMAND ${CMAKE_COMMAND} -DCMD=${CMAKE_SOURCE_DIR}/chapters/02_data_parallel/compare.sh
-                 "-DARGS=${CMAKE_BINARY_DIR} -- --devices 2 ${ddp_tiny_words} --out ${ddp_results}/02_compare_torch"
-                 -DCODE=0 -DSTREAM=stdout
-                 "-DEXPECT=02_data_parallel +[a-z]+ +0\\.[0-9]+ +[0-9.]+\npytorch twin +torch-[a-z]+ +0\\.[0-9]+ +[0-9.]+\nPyTorch / C\\+\\+ time per epoch: [0-9.]+x"
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(02_compare_torch PROPERTIES LABELS torch SKIP_REGULAR_EXPRESSION "cannot import torch;no GPU answers"
-                     TIMEOUT 300 PROCESSORS 2)
+# A chapter's compare.sh: its C++ program on 2 devices beside the twin on 2 processes, the table
+# and the ratio (and the plot, where gnuplot is), with `environment` (a list) set for it.
+function(ddp_compare_test chapter program environment)
+  add_test(NAME ${program}_compare_torch
+           COMMAND ${CMAKE_COMMAND} -DCMD=${CMAKE_SOURCE_DIR}/chapters/${chapter}/compare.sh
+                   "-DARGS=${CMAKE_BINARY_DIR} -- --devices 2 ${ddp_tiny_words} --out ${ddp_results}/${program}_compare_torch"
+                   -DCODE=0 -DSTREAM=stdout
+                   "-DEXPECT=${chapter} +[a-z]+ +0\\.[0-9]+ +[0-9.]+\npytorch twin +torch-[a-z]+ +0\\.[0-9]+ +[0-9.]+\nPyTorch / C\\+\\+ time per epoch: [0-9.]+x"
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${program}_compare_torch PROPERTIES LABELS torch
+                       SKIP_REGULAR_EXPRESSION "cannot import torch;no GPU answers" TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${environment}")
+endfunction()
+ddp_compare_test(02_data_parallel 02 "")
 
 # Chapter 05's launch: mpirun, 2 processes, as its C++ program's tests start it (mpi_env,
 # mpi_preflags: tests/CMakeLists.txt).
@@ -45,13 +49,5 @@ if(TARGET 05_multi_process AND MPIEXEC_EXECUTABLE)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ddp_twin.sh mpirun 2 ${ddp_results}/05_ddp_torch --devices 2 ${ddp_tiny})
   set_tests_properties(05_ddp_torch_twin PROPERTIES LABELS torch SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${mpi_env};MGPU_MPIRUN_FLAGS=${mpi_preflags}")
-  add_test(NAME 05_compare_torch
-           COMMAND ${CMAKE_COMMAND} -DCMD=${CMAKE_SOURCE_DIR}/chapters/05_multi_process/compare.sh
-                   "-DARGS=${CMAKE_BINARY_DIR} -- --devices 2 ${ddp_tiny_words} --out ${ddp_results}/05_compare_torch"
-                   -DCODE=0 -DSTREAM=stdout
-                   "-DEXPECT=05_multi_process +[a-z]+ +0\\.[0-9]+ +[0-9.]+\npytorch twin +torch-[a-z]+ +0\\.[0-9]+ +[0-9.]+\nPyTorch / C\\+\\+ time per epoch: [0-9.]+x"
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(05_compare_torch PROPERTIES LABELS torch SKIP_REGULAR_EXPRESSION "cannot import torch;no GPU answers"
-                       TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${mpi_env};MGPU_MPIRUN_FLAGS=${mpi_preflags}")
+  ddp_compare_test(05_multi_process 05 "${mpi_env};MGPU_MPIRUN_FLAGS=${mpi_preflags}")
 endif()
