@@ -20,7 +20,7 @@
 # 5,120 images, to see that everything works; --limit-train N: the first N training images only
 # in every run (10 epochs still). --keep: a run whose log in <out>/logs is complete is not run
 # again (to finish an interrupted table; delete the logs to redo it). Takes (cpu backend, 2 cores): precision about
-# 10 minutes, accumulate about 2; run nothing else meanwhile (see BEFORE_EACH_RUN in run()).
+# 13 minutes, accumulate about 2; run nothing else meanwhile (see BEFORE_EACH_RUN in run()).
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"  # (its helpers only: this script reads its own options)
 build=$root/build
