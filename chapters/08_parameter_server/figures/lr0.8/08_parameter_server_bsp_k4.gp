@@ -9,9 +9,9 @@ set multiplot layout 1,2 title '08_parameter_server_bsp_k4: cpu backend, 4 devic
 set xlabel 'epoch'
 set ylabel 'test accuracy'
 set yrange [0:1]
-plot '08_parameter_server_bsp_k4.csv' using 1:4 with linespoints title '08_parameter_server_bsp_k4'
+plot '08_parameter_server_bsp_k4.csv' using 1:4 with linespoints lc 1 title '08_parameter_server_bsp_k4'
 set xlabel 'epoch'
-set ylabel 'seconds per epoch'
+set ylabel "seconds per epoch\n(open circle: one-time set-up included)"
 set yrange [0:*]
-plot '08_parameter_server_bsp_k4.csv' using 1:5 with linespoints title '08_parameter_server_bsp_k4'
+plot '08_parameter_server_bsp_k4.csv' using 1:($6 == 1 ? $5 : 1/0) with linespoints lc 1 title '08_parameter_server_bsp_k4', '08_parameter_server_bsp_k4.csv' using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5 lc 1 notitle
 unset multiplot
