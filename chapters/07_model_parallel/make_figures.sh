@@ -15,8 +15,8 @@
 # Usage (from anywhere, after building):
 #   chapters/07_model_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] training|full|bubble|timeline|all
 # Default build folder build/, default output this chapter's figures/. --quick: tiny runs, to see
-# that everything works. Takes (cpu backend, 2 cores): training about 3 minutes, bubble about 2,
-# timeline under 1, full about 8; run nothing else meanwhile.
+# that everything works. Takes (cpu backend, 2 cores): training and bubble under 1 minute each,
+# timeline well under 1, full about 3 minutes (all about 4); run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
 figures_parse "training|full|bubble|timeline" "$@"
