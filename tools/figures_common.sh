@@ -46,11 +46,18 @@ figures_parse() {
 # the chapters' figures/ folders, which the scripts rewrite), or a copy that is no git checkout,
 # is refused, status 1, before a single run, unless MGPU_FIGURES_ALLOW_DIRTY=1 is set: then
 # every stamp says on its first line that it was not made from a commit (tools/machine_stamp.sh).
-# Scripts that read their own options call it themselves, right after reading them.
+# Scripts that read their own options call it themselves, right after reading them ($build set).
+# It also notes the commit the runs start from: the stamps name it, even where HEAD moves while
+# they run (tools/machine_stamp.sh reads MGPU_FIGURES_COMMIT).
 require_committed_tree() {
   local changes
   changes=$("$root/tools/source_changes.sh" 2>/dev/null) || changes="$root is not a git checkout: no commit to name"
-  [ -z "$changes" ] && return 0
+  MGPU_FIGURES_COMMIT=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)
+  export MGPU_FIGURES_COMMIT
+  if [ -z "$changes" ]; then
+    require_build_of_this_commit
+    return 0
+  fi
   if [ "${MGPU_FIGURES_ALLOW_DIRTY:-0}" = 1 ]; then
     echo "warning: MGPU_FIGURES_ALLOW_DIRTY=1: making figures from uncommitted changes; every stamp will say so" >&2
     return 0
@@ -60,6 +67,24 @@ require_committed_tree() {
     printf '%s\n' "$changes" | head -n 20 | sed 's/^/  /'
     echo "Commit them first, so that each figure's stamp names the commit that made it."
     echo "(MGPU_FIGURES_ALLOW_DIRTY=1 makes them anyway, and every stamp then says so.)"
+  } >&2
+  exit 1
+}
+
+# require_build_of_this_commit: the programs in $build must be built from the commit the stamps
+# will name, not from an earlier one (a commit made since, and no build after it). The build's
+# commit is the one cmake/Commit.cmake wrote into the build at its last build (or configure:
+# build after configuring, which this cannot tell apart). Its "-dirty" is not held against it:
+# a chapter's figures rewritten by an earlier script make the tree "dirty" to git, and the
+# source itself was found clean just before.
+require_build_of_this_commit() {
+  local header="$build/common/generated/mgpu_build_commit.h" built head
+  head=$(git -C "$root" describe --always 2>/dev/null) || return 0
+  built=$(sed -n 's/^#define MGPU_BUILD_COMMIT "\(.*\)"$/\1/p' "$header" 2>/dev/null || true)
+  [ "${built%-dirty}" = "$head" ] && [ -n "$built" ] && return 0
+  {
+    echo "error: the programs in $build were built from ${built:-an unknown commit} (its $header), the tree is at $head."
+    echo "Build again (cmake --build $build -j), so that the figures come from the commit their stamps name."
   } >&2
   exit 1
 }

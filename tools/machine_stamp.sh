@@ -57,11 +57,19 @@ fi
 command -v mpirun >/dev/null && value mpi "$(mpirun --version 2>/dev/null | head -n 1)"
 blas=$(dpkg-query -W -f '${Package} ${Version}\n' 'libopenblas0*' 2>/dev/null | awk '$2 != "" {print; exit}')
 value blas "$blas"
+# A figure script notes the commit its runs began at (tools/figures_common.sh): that is the code
+# that ran, though HEAD may have moved on since (figures committed between two scripts).
+moved=""
+if [ -n "${MGPU_FIGURES_COMMIT:-}" ] && [ -n "$commit" ] && [ "$MGPU_FIGURES_COMMIT" != "$commit" ]; then
+  moved=$commit
+  commit=$MGPU_FIGURES_COMMIT
+fi
 if [ -n "$commit" ]; then
   if [ -n "$changes" ]; then
     value changed "$(printf '%s\n' "$changes" | head -n 5 | sed 's/^...//' | paste -sd ' ')$([ "$count" -gt 5 ] && echo " ...")"
     commit="$commit + UNCOMMITTED CHANGES"
   fi
   value commit "$commit"
+  [ -n "$moved" ] && value moved "HEAD is at $moved now; the runs began at the commit above"
 fi
 value date "$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -8,10 +8,13 @@
 #   - MGPU_FIGURES_ALLOW_DIRTY=1 lets the script go on, and tools/machine_stamp.sh then opens
 #     the stamp with a WARNING line and marks the commit "+ UNCOMMITTED CHANGES"; a clean tree's
 #     stamp has neither;
-#   - --help still answers in a tree with changes.
+#   - --help still answers in a tree with changes;
+#   - on a clean tree, a build made from another commit is refused, and a stamp names the commit
+#     the runs began at (MGPU_FIGURES_COMMIT) with a "moved:" line where HEAD has moved since.
 # The scripts run in a small git repository made here (the repository's own tools and two of
-# its scripts, committed), with a build folder that does not exist: a script that gets past the
-# check stops at "not found: build first", status 1 too, and says so.
+# its scripts, committed), with a build folder that holds only the commit it was built from
+# (common/generated/mgpu_build_commit.h) and no programs: a script that gets past the checks
+# stops at "not found: build first", status 1 too, and says so.
 #
 #   figures_refuse_dirty_tree.sh        (a second or two; 77, skipped, where git is missing)
 set -euo pipefail
@@ -37,6 +40,12 @@ ch06="$repo/chapters/06_mixed_precision/make_figures.sh"
 ch07="$repo/chapters/07_model_parallel/make_figures.sh"
 nobuild="$work/no-build"
 out="$work/out"
+# built_from COMMIT: the build folder says it was built from COMMIT, as cmake/Commit.cmake writes it.
+built_from() {
+  mkdir -p "$nobuild/common/generated"
+  printf '#define MGPU_BUILD_COMMIT "%s"\n' "$1" >"$nobuild/common/generated/mgpu_build_commit.h"
+}
+built_from "$(git -C "$repo" describe --always)"
 
 # run NAME SCRIPT ARGS...: runs SCRIPT with ARGS (env from the caller), its status in $status and
 # its stdout and stderr together in $work/NAME.txt.
@@ -98,6 +107,27 @@ echo "rewritten by a figure run" >>"$repo/chapters/07_model_parallel/figures/old
 echo "new figure" >"$repo/chapters/07_model_parallel/figures/new.csv"
 run figures_only_07 "$ch07" --build "$nobuild" --out "$out" --quick training
 went_on figures_only_07
+rm -rf "$out"
+
+# A build from an earlier commit, on a clean tree: refused, naming both commits.
+first=$(git -C "$repo" describe --always)
+git -C "$repo" checkout -q -- chapters && git -C "$repo" clean -qfd chapters
+git -C "$repo" -c user.name=test -c user.email=test@example.invalid commit -q --allow-empty -m "a later commit"
+run stale_build_07 "$ch07" --build "$nobuild" --out "$out" --quick training
+[ "$status" = 1 ] || fail "stale_build_07: status $status, expected 1 (a build of another commit)"
+grep -q "built from $first.*the tree is at $(git -C "$repo" describe --always)" "$work/stale_build_07.txt" ||
+  fail "stale_build_07: the refusal does not name both commits: $(cat "$work/stale_build_07.txt")"
+[ ! -e "$out" ] || fail "stale_build_07: $out was created by a refused run"
+built_from "$(git -C "$repo" describe --always)-dirty"  # built while figures/ had changes: accepted
+run rebuilt_07 "$ch07" --build "$nobuild" --out "$out" --quick training
+went_on rebuilt_07
+rm -rf "$out"
+
+# The stamp names the commit the runs began at, and says where HEAD has moved since.
+MGPU_FIGURES_COMMIT=$first "$repo/tools/machine_stamp.sh" >"$work/moved.stamp.txt"
+grep -q "^commit: *$first$" "$work/moved.stamp.txt" || fail "the stamp does not name the runs' commit: $(cat "$work/moved.stamp.txt")"
+grep -q "^moved: .*$(git -C "$repo" rev-parse --short HEAD)" "$work/moved.stamp.txt" || fail "the stamp does not say HEAD moved"
+! grep -q "^moved:" "$work/clean.stamp.txt" || fail "a stamp whose runs' commit is HEAD says it moved"
 
 [ "$failures" = 0 ] && echo "figures_refuse_dirty_tree: all checks passed"
 exit $((failures > 0))
