@@ -37,8 +37,23 @@ figures_parse() {
   [ -n "$what" ] || { echo "$usage" >&2; exit 2; }
   require_committed_tree
   mkdir -p "$out"
-  runs=$(mktemp -d)
-  trap 'rm -rf "$runs"' EXIT
+  runs=$(mktemp -d)  # removed by figures_finish
+}
+
+# figures_finish (an EXIT trap, set by require_committed_tree): removes the scratch folder, and
+# makes the paths in the logs, JSONs and tables this script wrote under $out relative to the
+# repository ("wrote chapters/08_parameter_server/figures/x.csv"): where this checkout happened to
+# be on the machine that made the figures is no part of them.
+figures_finish() {
+  [ -n "${runs:-}" ] && rm -rf "$runs"
+  if [ -n "${figures_started:-}" ] && [ -d "${out:-}" ]; then
+    local prefix
+    prefix=$(printf '%s/' "$root" | sed 's/[][\.*^$|]/\\&/g')  # the path, as a sed pattern
+    find "$out" -type f -newer "$figures_started" \( -name '*.log' -o -name '*.json' -o -name '*.md' -o -name '*.gp' \) \
+      -exec sed -i "s|$prefix||g" {} +
+  fi
+  [ -n "${figures_started:-}" ] && rm -f "$figures_started"
+  return 0
 }
 
 # require_committed_tree: figures are made from committed code, so that the commit in their
@@ -54,6 +69,8 @@ require_committed_tree() {
   changes=$("$root/tools/source_changes.sh" 2>/dev/null) || changes="$root is not a git checkout: no commit to name"
   MGPU_FIGURES_COMMIT=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)
   export MGPU_FIGURES_COMMIT
+  figures_started=$(mktemp)  # what this script writes from now on is newer than this file
+  trap figures_finish EXIT
   if [ -z "$changes" ]; then
     require_build_of_this_commit
     return 0
