@@ -15,7 +15,7 @@
 # come from). --quick: tiny runs, to see that everything works (give it another --out).
 # The recipe is smaller than d2l's, to fit a 2-core machine: the first 20,000 training images,
 # batch 64 (the 0.01 initial scale leaves LeNet at chance for ~120,000 images at batch 256; at 64 it
-# gets going within the first 20,000), 4 epochs, lr 0.2. Takes about 10 minutes (cpu backend, 2 cores).
+# gets going within the first 20,000), 4 epochs, lr 0.2. Takes about 7 minutes (cpu backend, 2 cores).
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"  # (its helpers only: this script reads its own options)
 build=$root/build
