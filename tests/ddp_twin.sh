@@ -71,7 +71,13 @@ result="^result: chapter=${chapter}_torch backend=torch-(cpu|cuda) devices=$rank
 result+=" precision=fp32 test_acc=[01]\.[0-9]{4} sec_per_epoch=$number samples_per_sec=[0-9]+ first_epoch_sec=$number"
 result+=" launcher=$launcher collective=(gloo|nccl)$"
 grep -Eq "$result" "$out.log" || flunk "no result line matching '$result'"
-csv=$out/${chapter}_torch.csv
+# Its CSV, named after its settings and the number of processes, as its "wrote" line says.
+csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$out.log" | tail -n 1)
+[[ -n $csv ]] || flunk "no 'wrote ....csv' line"
+[[ $(basename "$csv") == "${chapter}_torch"* ]] || flunk "$csv is not named after ${chapter}_torch"
+if ((ranks > 1)); then
+  [[ $csv == *"_devices-$ranks.csv" ]] || flunk "$csv does not say its $ranks processes (_devices-$ranks)"
+fi
 [[ -f $csv ]] || flunk "$csv was not written"
 rows=$(($(wc -l <"$csv") - 1))
 ((rows == epochs)) || flunk "$csv has $rows rows, expected one per epoch ($epochs)"

@@ -19,7 +19,8 @@
 # The chapter's compare.sh takes [BUILD_DIR] [-- extra flags for both programs] (run from the
 # repository root). Both programs write a CSV into --out (default results/), the C++ one the file
 # its "wrote ....csv" line names (<RUN>.csv, named after its settings: 01_lenet for d2l's, as
-# common/report.h says), the twin <PROGRAM>_torch.csv; the picture is <out>/<RUN>_vs_torch.png.
+# common/report.h says), the twin the one its own "wrote" line names (<PROGRAM>_torch, then the
+# same settings); the picture is <out>/<RUN>_vs_torch.png.
 # The twin's interpreter: Debian's by default, which is where python3-torch is installed (a
 # python3 earlier on the PATH, pyenv's say, may have no torch); MGPU_PYTHON names another, such
 # as a virtual environment's with PyTorch for CUDA on a GPU machine.
@@ -115,14 +116,17 @@ twin_compare() {
     else print "PyTorch / C++ time per epoch: n/a (C++ time is zero)"
   }'
 
-  local out cpp_csv py_csv png
-  out=$(twin_flag out results)
+  local cpp_csv py_csv png
   cpp_csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$logs/cpp.txt" | tail -n 1)
   if [[ -z $cpp_csv ]]; then
     echo "error: the output of $cpp_bin names no CSV ('wrote ....csv')" >&2
     exit 1
   fi
-  py_csv=$out/${program}_torch.csv
+  py_csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$logs/torch.txt" | tail -n 1)
+  if [[ -z $py_csv ]]; then
+    echo "error: the output of the PyTorch twin names no CSV ('wrote ....csv')" >&2
+    exit 1
+  fi
   png=${cpp_csv%.csv}_vs_torch.png
   if ! command -v gnuplot >/dev/null; then
     echo "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers" >&2

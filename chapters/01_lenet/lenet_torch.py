@@ -73,6 +73,47 @@ def positive_float(text):
     return value
 
 
+# The arguments that change neither what a run computes nor what it measures, and so stay out of
+# its name: where the data is read and where the files go (as in the C++ programs' run names).
+NOT_IN_RUN_NAME = ("data_dir", "out", "run_name")
+
+
+def add_run_name_argument(p):
+    p.add_argument("--run-name", default="",
+                   help="name of the CSV (default: the program's name, then each setting that is "
+                        "not its default, as the C++ programs name their runs)")
+    return p
+
+
+def run_name(p, args, program, not_in_name=()):
+    """The name of the run's CSV: --run-name when given; else `program`, then "_<flag>-<value>" for
+    every argument that is not at its default, in the order --help lists them (a character other
+    than a letter, digit, '.' or '-' becomes 'x'). The same settings give the same name, as in
+    the C++ programs (common/report.h): 01_lenet_torch, 01_lenet_torch_epochs-2_limit-train-10000.
+    Call it on the parser's own result, before anything else is added to `args`."""
+    if args.run_name:
+        return args.run_name
+    name = program
+    for dest, value in vars(args).items():  # argparse sets them in the order they were added
+        if dest in NOT_IN_RUN_NAME or dest in not_in_name or value == p.get_default(dest):
+            continue
+        text = "".join(c if c.isalnum() or c in ".-" else "x" for c in str(value))
+        name += f"_{dest.replace('_', '-')}-{text}"
+    return name
+
+
+def write_run_csv(out, run, rows):
+    """<out>/<run>.csv, saying so; a file of the same name (the same settings) is replaced after a
+    line that says it is."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"{run}.csv")
+    if os.path.exists(path):
+        print(f"replacing {path}: an earlier run of the same name (the same settings)", flush=True)
+    write_csv(path, rows)
+    print(f"wrote {path}", flush=True)
+    return path
+
+
 def parse_args():
     default_device = "cuda" if torch.cuda.is_available() else "cpu"
     p = argparse.ArgumentParser(
@@ -92,7 +133,9 @@ def parse_args():
                    help=f"where to train (default here: {default_device})")
     add_precision_argument(p)
     p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
+    add_run_name_argument(p)
     args = p.parse_args()
+    args.run = run_name(p, args, CHAPTER)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was requested but this torch sees no CUDA device")
     check_precision(p, args.precision, args.device)
@@ -305,8 +348,6 @@ def main():
     # generator=g): one fresh permutation per epoch, reproducible from --seed.
     shuffle_gen = torch.Generator().manual_seed(args.seed)
 
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, f"{CHAPTER}.csv")
     rows = []
     epoch_times = []
     width = len(str(args.epochs))
@@ -341,7 +382,7 @@ def main():
         print(f"epoch {epoch:>{width}}/{args.epochs}  loss {train_loss:.4f}  train_acc {train_acc:.4f}"
               f"  test_acc {test_acc:.4f}  sec {seconds:.2f}", flush=True)
 
-    write_csv(csv_path, rows)
+    write_run_csv(args.out, args.run, rows)
     sec_per_epoch = seconds_per_epoch(epoch_times)
     samples_per_sec = round(n_train / sec_per_epoch)
     print(f"result: chapter={CHAPTER} backend=torch-{device.type} devices=1 epochs={args.epochs}"

@@ -17,14 +17,17 @@ args=(--out "$runs/out")
 [ "$quick" = 1 ] && args+=(--epochs 1 --limit-train 2048)
 (cd "$root" && chapters/01_lenet/compare.sh "$build" -- "${args[@]}") | tee "$runs/compare.log"
 backend=$(backend_of "$runs/compare.log")
-# The C++ run's files are named after its settings (01_lenet for d2l's; --quick's differ): its
-# "wrote ....csv" line says which.
-run=$(sed -n 's/^wrote \(.*\)\.csv$/\1/p' "$runs/compare.log" | grep -v '_torch$' | head -n 1)
+# Both runs' files are named after their settings (01_lenet and 01_lenet_torch for d2l's;
+# --quick's differ): their "wrote ....csv" lines say which, the twin's name starting 01_lenet_torch.
+wrote=$(sed -n 's/^wrote \(.*\)\.csv$/\1/p' "$runs/compare.log")
+run=$(grep -v '/01_lenet_torch[^/]*$' <<<"$wrote" | head -n 1 || true)
+twin_run=$(grep '/01_lenet_torch[^/]*$' <<<"$wrote" | tail -n 1 || true)
 [ -n "$run" ] || { echo "error: 01_lenet wrote no CSV (see above)" >&2; exit 1; }
+[ -n "$twin_run" ] || { echo "error: the PyTorch twin wrote no CSV (see above)" >&2; exit 1; }
 cp "$runs/compare.log" "$out/01_lenet_vs_torch_$backend.log"
 cp "$run.csv" "$out/01_lenet_$backend.csv"
 cp "$run.json" "$out/01_lenet_$backend.json"
-cp "$runs/out/01_lenet_torch.csv" "$out/01_lenet_torch_$backend.csv"
+cp "$twin_run.csv" "$out/01_lenet_torch_$backend.csv"
 # Each plot with its stamp (tools/check_readme_links.sh asks for one beside every plot a README shows).
 copy_plot "$run.png" "$out/01_lenet_$backend.png"
 copy_plot "${run}_vs_torch.png" "$out/01_lenet_vs_torch_$backend.png"

@@ -56,8 +56,9 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 # twin's: import them from there rather than keep a second copy in step.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "01_lenet"))
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
-                         find_data_dir, init_params, load_split, non_negative_int, positive_float,
-                         positive_int, seconds_per_epoch, use_precision, write_csv)
+                         add_run_name_argument, find_data_dir, init_params, load_split, non_negative_int,
+                         positive_float, positive_int, run_name, seconds_per_epoch, use_precision,
+                         write_run_csv)
 
 CHAPTERS = ("02_data_parallel", "05_multi_process")
 
@@ -179,10 +180,16 @@ def parse_args(world):
     p.add_argument("--device", choices=["cpu", "cuda"], default=default_device,
                    help=f"where to train (default here: {default_device}); cuda: the GPU of the local rank")
     p.add_argument("--chapter", choices=CHAPTERS, default=CHAPTERS[0],
-                   help="the C++ chapter this run is compared with: names the CSV (<chapter>_torch.csv) "
-                        "and the result line (default %(default)s)")
+                   help="the C++ chapter this run is compared with: names the CSV (<chapter>_torch..., "
+                        "as --run-name says) and the result line (default %(default)s)")
     p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
+    add_run_name_argument(p)
     args = p.parse_args()
+    # The number of processes is the launcher's, not an argument's: it goes into the name as
+    # --devices would (05_multi_process_devices-2 in C++), whether or not --devices was given.
+    args.run = run_name(p, args, f"{args.chapter}_torch", not_in_name=("chapter", "devices"))
+    if not args.run_name and world.size > 1:
+        args.run += f"_devices-{world.size}"
     if args.devices is not None and args.devices != world.size:
         started = (f"{world.launcher} started {world.size} process(es)" if world.launcher != "none"
                    else "no launcher started this process (a world of one)")
@@ -333,8 +340,7 @@ def main():
                   f"  test_acc {test_acc:.4f}  sec {epoch_times[-1]:.2f}", flush=True)
 
     if world.rank == 0:
-        os.makedirs(args.out, exist_ok=True)
-        write_csv(os.path.join(args.out, f"{chapter}.csv"), rows)
+        write_run_csv(args.out, args.run, rows)
         sec_per_epoch = seconds_per_epoch(epoch_times)
         print(f"result: chapter={chapter} backend=torch-{device.type} devices={world.size} epochs={args.epochs}"
               f" batch={args.batch_size} lr={args.lr:g} precision=fp32 test_acc={rows[-1][3]:.4f}"

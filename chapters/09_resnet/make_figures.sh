@@ -136,7 +136,10 @@ twin() {
   (cd "$root" && chapters/09_resnet/compare.sh "$build" -- --out "$runs/twin" \
     --batch-size 256 --lr 0.1 "${common[@]}" ${epochs[@]+"${epochs[@]}"}) | tee "$runs/twin.log"
   cp "$runs/twin.log" "$out/09_resnet_vs_torch_$backend.log"
-  cp "$runs/twin/09_resnet_torch.csv" "$out/09_resnet_torch_$backend.csv"
+  # The twin's CSV is named after its settings too: its "wrote" line (the last) says which.
+  local twin_csv; twin_csv=$(sed -n 's/^wrote \(.*\/09_resnet_torch[^/]*\.csv\)$/\1/p' "$runs/twin.log" | tail -n 1)
+  [ -n "$twin_csv" ] || { echo "error: the PyTorch twin wrote no CSV (see above)" >&2; exit 1; }
+  cp "$twin_csv" "$out/09_resnet_torch_$backend.csv"
   # The picture is named after the C++ run, whose name says its settings: twin_compare says which.
   local picture; picture=$(sed -n 's/^wrote \(.*_vs_torch\.png\)$/\1/p' "$runs/twin.log" | tail -n 1)
   copy_plot "${picture:-$runs/twin/09_resnet_vs_torch.png}" "$out/09_resnet_vs_torch_$backend.png"

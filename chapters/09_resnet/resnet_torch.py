@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
                          add_precision_argument, check_precision, find_data_dir, load_split,
                          non_negative_int, positive_float, positive_int, seconds_per_epoch, use_precision,
-                         write_csv)
+                         add_run_name_argument, run_name, write_run_csv)
 
 CHAPTER = "09_resnet_torch"
 
@@ -179,7 +179,9 @@ def parse_args():
                    help=f"where to train (default here: {default_device})")
     add_precision_argument(p)
     p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
+    add_run_name_argument(p)
     args = p.parse_args()
+    args.run = run_name(p, args, CHAPTER)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was requested but this torch sees no CUDA device")
     check_precision(p, args.precision, args.device)
@@ -255,8 +257,6 @@ def main():
     # DataLoader(shuffle=True, generator=g): reproducible from --seed.
     shuffle_gen = torch.Generator().manual_seed(args.seed)
 
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, f"{CHAPTER}.csv")
     rows = []
     epoch_times = []
     digits = len(str(args.epochs))
@@ -294,7 +294,7 @@ def main():
         print(f"epoch {epoch:>{digits}}/{args.epochs}  loss {train_loss:.4f}  train_acc {train_acc:.4f}"
               f"  test_acc {test_acc:.4f}  sec {seconds:.2f}", flush=True)
 
-    write_csv(csv_path, rows)
+    write_run_csv(args.out, args.run, rows)
 
     sec_per_epoch = seconds_per_epoch(epoch_times)
     samples_per_sec = round(n_train / sec_per_epoch)
