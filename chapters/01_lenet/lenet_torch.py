@@ -103,12 +103,13 @@ def run_name(p, args, program, not_in_name=()):
 
 
 def write_run_csv(out, run, rows):
-    """<out>/<run>.csv, saying so; a file of the same name (the same settings) is replaced after a
-    line that says it is."""
+    """<out>/<run>.csv, saying so. A file of the same name (the same settings, unless --run-name
+    gave both runs one name) is replaced, after a line that says it is: the twins keep no JSON of
+    their settings to tell the two apart, as the C++ programs do."""
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{run}.csv")
     if os.path.exists(path):
-        print(f"replacing {path}: an earlier run of the same name (the same settings)", flush=True)
+        print(f"replacing {path}: an earlier run of the same name", flush=True)
     write_csv(path, rows)
     print(f"wrote {path}", flush=True)
     return path
