@@ -14,7 +14,7 @@
 #   chapters/03_ring_allreduce/make_figures.sh [--build DIR] [--out DIR] [--quick] training|bench|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: tiny runs, to see that everything works.
-# Takes (cpu backend, 2 cores): training about 2.5 minutes, bench about 2; run nothing else meanwhile.
+# Takes (cpu backend, 2 cores): training about 2.5 minutes, bench about 1.5 (all: about 4); run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
 figures_parse "training|bench" "$@"
