@@ -13,7 +13,7 @@
 #   chapters/05_multi_process/make_figures.sh [--build DIR] [--out DIR] [--quick] training|overlap|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: tiny runs, to see that everything works.
-# Takes (cpu backend, 2 cores): training about 3 minutes, overlap about 20 s.
+# Takes (cpu backend, 2 cores): training under 4 minutes, overlap about 20 s; all about 4 minutes.
 #
 # 1 process is started directly, not by mpirun: Open MPI binds each process to one core when it
 # starts 1 or 2 of them, and a single process should have both cores of a 2-core machine.
