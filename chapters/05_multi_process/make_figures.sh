@@ -35,7 +35,7 @@ run() {  # run NAME LAUNCHER... -- ARGS...: one run, its output kept in $runs/NA
   grep '^result:' "$runs/$name.log"
 }
 
-# run_csv NAME: the CSV of run NAME's training, as its log names it ("wrote .../05_multi_process_k1_mpi.csv").
+# run_csv NAME: the CSV of run NAME's training, as its log names it ("wrote .../05_multi_process_devices-2.csv").
 # The name says the collective, which the program chooses by itself (NCCL where each rank has a
 # GPU of its own, else MPI), so it is read, not assumed.
 run_csv() {
