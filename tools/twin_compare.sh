@@ -38,6 +38,18 @@ twin_flag() {
   printf '%s\n' "$value"
 }
 
+# twin_wrote_csv LOG WHO: the last CSV that WHO's output in LOG names ("wrote ....csv"); where it
+# names none, says so and fails (under set -e, the caller's assignment stops the script).
+twin_wrote_csv() {
+  local csv
+  csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$1" | tail -n 1)
+  if [[ -z $csv ]]; then
+    echo "error: the output of $2 names no CSV ('wrote ....csv')" >&2
+    return 1
+  fi
+  printf '%s\n' "$csv"
+}
+
 # twin_field FILE KEY: the value of KEY=... on the last "result:" line of FILE.
 twin_field() {
   local line
@@ -117,16 +129,8 @@ twin_compare() {
   }'
 
   local cpp_csv py_csv png
-  cpp_csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$logs/cpp.txt" | tail -n 1)
-  if [[ -z $cpp_csv ]]; then
-    echo "error: the output of $cpp_bin names no CSV ('wrote ....csv')" >&2
-    exit 1
-  fi
-  py_csv=$(sed -n 's/^wrote \(.*\.csv\)$/\1/p' "$logs/torch.txt" | tail -n 1)
-  if [[ -z $py_csv ]]; then
-    echo "error: the output of the PyTorch twin names no CSV ('wrote ....csv')" >&2
-    exit 1
-  fi
+  cpp_csv=$(twin_wrote_csv "$logs/cpp.txt" "$cpp_bin")
+  py_csv=$(twin_wrote_csv "$logs/torch.txt" "the PyTorch twin")
   png=${cpp_csv%.csv}_vs_torch.png
   if ! command -v gnuplot >/dev/null; then
     echo "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSVs have the numbers" >&2
