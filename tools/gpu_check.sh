@@ -3,8 +3,8 @@
 # this machine has, and writes what it saw into one Markdown report. The checks are CTest
 # tests: it configures and builds the cuda backend, runs the test suite, then the tests
 # labelled "gpu" (tools/gpu_check/steps.cmake: every chapter on 1 GPU, on all GPUs, on logical
-# devices sharing one GPU, the PyTorch twins, both allreduce benchmarks), one after another:
-# seconds per epoch only compare when nothing else runs on the GPUs.
+# devices sharing one GPU, the PyTorch twins, both allreduce benchmarks, chapter 10's kernel
+# benchmark), one after another: seconds per epoch only compare when nothing else runs on the GPUs.
 #
 # Exit status: 0 everything passed, 1 something failed (the report says what), 2 a bad command
 # line, 77 no GPU answers and --allow-no-gpu was not given ("not applicable", as the chapters),
@@ -21,7 +21,8 @@ usage: $program_name [options]
   builds the cuda backend and checks every GPU path on this machine's NVIDIA GPUs: the test
   suite, then ctest's "gpu" tests (every chapter on 1 GPU, on all GPUs and on 2 and 4 logical
   devices of one GPU, chapter 05 under mpirun, the PyTorch twins of chapters 01 and 09 where
-  python3 has PyTorch with CUDA, both allreduce benchmarks); writes one Markdown report
+  python3 has PyTorch with CUDA, both allreduce benchmarks, chapter 10's kernel benchmark);
+  writes one Markdown report
 
 options:
   --build-dir DIR   where to build (default build-gpu-check in the repository)
@@ -31,7 +32,7 @@ options:
   --quick           short runs (2 epochs on 4096 images, benchmarks up to 1 MiB), not judged on
                     accuracy; without a GPU shorter still (1 epoch on 1024 images)
   --only LIST       only these parts, comma-separated: tests (the test suite) and chapter numbers
-                    (01 to 09: its runs, twin and benchmark), e.g. --only tests,01,09; the build
+                    (01 to 10: its runs, twin and benchmark), e.g. --only tests,01,09; the build
                     always comes first
   --allow-no-gpu    where no GPU answers, run the same steps on the build's own backend instead
                     of exiting with status 77: this checks the script, not the GPUs
@@ -70,7 +71,7 @@ while [[ $# -gt 0 ]]; do
 done
 for part in ${only//,/ }; do
   [[ "$part" == tests ]] || { [[ "$part" =~ ^[0-9][0-9]$ ]] && compgen -G "$repo_root/chapters/${part}_*/" >/dev/null; } ||
-    refuse_command_line "--only: '$part' is neither 'tests' nor a chapter number (01 to 09)"
+    refuse_command_line "--only: '$part' is neither 'tests' nor a chapter number (01 to 10)"
 done
 # The steps run from the repository root: paths given relative to here are made absolute.
 build_dir=$(realpath -m -- "$build_dir") out_dir=$(realpath -m -- "$out_dir")

@@ -171,6 +171,15 @@ benchmarks() {
     awk '/^# allreduce/ { on = 1 } on && /^$/ { on = 0; print ""; next } on || /checked|no nccl column/' "$log"
     printf '```\n\n'
   done
+  # Chapter 10's table: each kernel and shape, chapter 09's kernel and the raw one, against the
+  # copy rate it measured first.
+  log=$logs_dir/10_fast_kernels.log
+  if [[ -f "$log" ]] && ! grep -q ' | not run: ' "$logs_dir/10_fast_kernels.row" 2>/dev/null; then
+    any=yes
+    printf '### 10_fast_kernels\n\n`%s` (log: `gpu_check/10_fast_kernels.log`)\n\n```\n' "$(head -n 1 "$log" | cut -c 3-)"
+    awk '/^copy rate:/ { on = 1 } on' "$log"
+    printf '```\n\n'
+  fi
   [[ "$any" == yes ]] || printf '(none ran)\n\n'
 }
 

@@ -11,7 +11,7 @@
 #   lenet    a LeNet training          resnet   ResNet-18, its full recipe (10 epochs)
 #   resnet3  ResNet-18 for 3 epochs    mpi      chapter 05 under mpirun
 #   twin     a PyTorch twin of 01      twin3    a PyTorch twin of 09, 3 epochs
-#   bench    an allreduce benchmark
+#   bench    an allreduce benchmark   kernels  chapter 10's kernel benchmark
 # A plain `ctest` skips these tests (about ten minutes on one H100): they run only when the
 # check sets MGPU_GPU_CHECK. The "all GPUs" steps are registered only where 2 or more GPUs are
 # counted (MGPU_GPU_CHECK_GPUS, which gpu_check.sh sets when it configures).
@@ -191,3 +191,7 @@ endif()
 list(JOIN counts "," counts)
 gpu_step(04_allreduce_bench bench "naive, ring and NCCL on ${counts} GPU(s)"
          COMMAND ${bin}/04_allreduce_bench -g ${counts} ${bench_sizes})
+# Chapter 10: its raw kernels against chapter 09's at ResNet-18's shapes, every element checked
+# (a wrong one exits 1), each kernel's GB/s against the GPU's copy rate measured in the same run.
+gpu_step(10_fast_kernels kernels "chapter 10's raw kernels against chapter 09's, batch 256" ONE_GPU
+         COMMAND ${bin}/10_fast_kernels)

@@ -1,0 +1,372 @@
+// Chapter 10's raw kernels (chapters/10_fast_kernels/kernels.h) against chapter 09's.
+//
+// On every build: each kernel's per-thread function (im2col_element, col2im_element, thread_sum
+// and finish_channel, apply_element and apply_vec4) is called here on the host for every index a
+// grid would give it, over host copies of the data, and the result is held against chapter 09's
+// kernel run on a device (the reference). So the 32-bit index arithmetic is checked on any
+// machine, and under the asan and gpu-mapping presets too. Shapes are small and odd: non-square
+// images, stride 2, padding 0 and 1, 1x1 and 5x5 kernels, channel counts and row lengths that
+// are not multiples of 4 (the vectorised paths' fallbacks).
+//
+// In the cuda build, the cases named "raw kernels: *" launch the kernels on a GPU and compare
+// end to end (ctest runs them as fast_kernels_on_gpu; skipped where no GPU answers).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chapters/09_resnet/layers.h"
+#include "chapters/10_fast_kernels/kernels.h"
+#include "common/check.h"
+#include "common/device.h"
+#include "common/random.h"
+#include "helpers.h"
+
+namespace {
+
+using lenet::ImageShape;
+using nn::ConvShape;
+
+// The convolutions the layout kernels are checked at: (input shape, kernel, stride, padding).
+struct ConvCase {
+  ImageShape xs;
+  ConvShape c;
+};
+std::vector<ConvCase> conv_cases() {
+  return {
+      {{3, 2, 7, 5}, {3, 4, 3, 1, 1}},   // 3x3, stride 1, padding 1, non-square
+      {{2, 3, 8, 6}, {2, 4, 3, 2, 1}},   // 3x3, stride 2: ResNet's downsampling
+      {{3, 2, 7, 7}, {3, 4, 1, 2, 0}},   // 1x1, stride 2, no padding: the projection, odd side
+      {{1, 1, 5, 5}, {1, 2, 3, 1, 0}},   // one channel, one image, no padding
+      {{5, 2, 4, 4}, {5, 3, 3, 2, 1}},   // 4 -> 2 with stride 2 (ResNet's 7 -> 4 in small)
+      {{3, 2, 7, 5}, {3, 2, 5, 1, 2}},   // 5x5, padding 2
+      {{2, 1, 3, 3}, {2, 2, 3, 1, 1}},   // every window touches the padding
+      {{3, 2, 9, 6}, {3, 2, 2, 2, 1}},   // an even kernel with padding: windows past the edge
+  };
+}
+std::string label(const ConvCase& cc) {
+  std::ostringstream s;
+  s << cc.xs.channels << "x" << cc.xs.batch << "x" << cc.xs.height << "x" << cc.xs.width << " k" << cc.c.kernel
+    << " s" << cc.c.stride << " p" << cc.c.padding;
+  return s.str();
+}
+
+// Elements whose bits differ (0.0f and -0.0f differ; NaNs of the same bits do not), with the first.
+void check_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  REQUIRE_MESSAGE(got.size() == want.size(), what << ": " << got.size() << " elements, expected " << want.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << got.size() << " elements differ in their bits; first at ["
+                               << first << "]: got " << got[first] << ", expected " << want[first]);
+}
+
+// Host copies of chapter 09's inputs, and its result computed on the device.
+struct Device1 {
+  mgpu::DeviceSet devices{1};
+  const mgpu::Device& d = devices[0];
+};
+
+}  // namespace
+
+TEST_CASE("element bodies: im2col_element at every index is nn::im2col, bit for bit") {
+  Device1 dev;
+  mgpu::Rng rng(1001);
+  for (const ConvCase& cc : conv_cases()) {
+    CAPTURE(label(cc));
+    const std::vector<float> x = testing::random_floats(cc.xs.size(), rng);  // [Cin][B][H][W]
+    const auto x_dev = testing::on_device(dev.d, x);
+    const std::int64_t cols = nn::conv_col_size(cc.xs, cc.c);
+    auto col_dev = testing::poisoned(dev.d, cols);  // [Cin*k*k][B*Ho*Wo]
+    nn::im2col(dev.d, x_dev.data(), cc.xs, cc.c, col_dev.data());
+
+    std::vector<float> col(cols, 1.0e30f);
+    const fast::Im2colArgs a = fast::im2col_args(x.data(), cc.xs, cc.c, col.data());
+    REQUIRE(a.count == cols);
+    for (int idx = 0; idx < a.count; ++idx) fast::im2col_element(a, idx);
+    check_bitwise(col, col_dev.download(), "im2col " + label(cc));
+  }
+}
+
+TEST_CASE("element bodies: col2im_element at every index is nn::col2im, bit for bit") {
+  Device1 dev;
+  mgpu::Rng rng(1002);
+  for (const ConvCase& cc : conv_cases()) {
+    CAPTURE(label(cc));
+    const std::int64_t cols = nn::conv_col_size(cc.xs, cc.c);
+    const std::vector<float> col = testing::random_floats(cols, rng);  // [Cin*k*k][B*Ho*Wo]
+    const auto col_dev = testing::on_device(dev.d, col);
+    auto dx_dev = testing::poisoned(dev.d, cc.xs.size());  // [Cin][B][H][W]
+    nn::col2im(dev.d, col_dev.data(), cc.xs, cc.c, dx_dev.data());
+
+    std::vector<float> dx(cc.xs.size(), 1.0e30f);
+    const fast::Col2imArgs a = fast::col2im_args(col.data(), cc.xs, cc.c, dx.data());
+    REQUIRE(a.count == cc.xs.size());
+    for (int idx = 0; idx < a.count; ++idx) fast::col2im_element(a, idx);
+    check_bitwise(dx, dx_dev.download(), "col2im " + label(cc));
+  }
+}
+
+namespace {
+// The sums kernels' work on the host, as the GPU cuts it: every (channel, block, thread) adds
+// its reads (thread_sum), each block adds its threads' sums into partials[c][block] (here in
+// thread order; the GPU's shuffle tree adds them in another), then finish_channel per channel.
+std::vector<float> sums_on_host(const std::vector<float>& z, int C, std::int64_t n, int blocks, bool* vec4) {
+  std::vector<double> partials(std::size_t(C) * blocks, -1e300);  // [C][blocks]
+  std::vector<float> sums(C, 1.0e30f);                            // [C]
+  const fast::SumsArgs a = fast::sums_args(z.data(), C, n, blocks, partials.data(), sums.data());
+  *vec4 = a.vec4;
+  for (int c = 0; c < C; ++c)
+    for (int block = 0; block < blocks; ++block) {
+      double sum = 0;
+      for (int thread = 0; thread < fast::kThreads; ++thread) sum += fast::thread_sum(a, c, block, thread);
+      partials[std::size_t(c) * blocks + block] = sum;
+    }
+  for (int c = 0; c < C; ++c) fast::finish_channel(a, c);
+  return sums;
+}
+
+std::vector<float> reference_sums(const mgpu::Device& d, const std::vector<float>& z, int C, std::int64_t n) {
+  const auto z_dev = testing::on_device(d, z);
+  auto sums_dev = testing::poisoned(d, C);
+  nn::ReductionScratch scratch(d, C);
+  nn::batch_norm_sums(d, z_dev.data(), C, n, scratch, sums_dev.data());
+  return sums_dev.download();
+}
+
+// (channels, n, blocks per channel): one block and many; rows that are and are not multiples of 4
+// (the Vec4 reads and the float fallback); rows shorter than one block's threads.
+struct SumsCase {
+  int channels;
+  std::int64_t n;
+  int blocks;
+};
+const SumsCase kSumsCases[] = {{1, 1, 1},      {3, 7, 1},      {5, 100, 2},    {3, 1000, 3},
+                               {2, 4096, 4},   {4, 4099, 5},   {7, 12544, 13}, {1, 3 * 1024 + 1, 256}};
+}  // namespace
+
+TEST_CASE("element bodies: the sums' blocks cover every value once (small integers, exact in any order)") {
+  Device1 dev;
+  mgpu::Rng rng(1003);
+  for (const SumsCase& sc : kSumsCases) {
+    CAPTURE(sc.channels);
+    CAPTURE(sc.n);
+    CAPTURE(sc.blocks);
+    std::vector<float> z(std::size_t(sc.channels) * sc.n);
+    for (float& v : z) v = float(int(rng.below(9)) - 4);  // sums of at most 2^24: exact in float and double
+    bool vec4 = false;
+    const std::vector<float> got = sums_on_host(z, sc.channels, sc.n, sc.blocks, &vec4);
+    CHECK(vec4 == (sc.n % 4 == 0));  // std::vector's data is 16-byte aligned
+    check_bitwise(got, reference_sums(dev.d, z, sc.channels, sc.n), "sums of integers");
+  }
+}
+
+TEST_CASE("element bodies: the sums match nn::batch_norm_sums within 1e-6 of the sum of |z|") {
+  Device1 dev;
+  mgpu::Rng rng(1004);
+  for (const SumsCase& sc : kSumsCases) {
+    CAPTURE(sc.channels);
+    CAPTURE(sc.n);
+    CAPTURE(sc.blocks);
+    std::vector<float> z = testing::random_floats(std::size_t(sc.channels) * sc.n, rng, -1.0, 3.0);  // mean 1
+    bool vec4 = false;
+    const std::vector<float> got = sums_on_host(z, sc.channels, sc.n, sc.blocks, &vec4);
+    const std::vector<float> want = reference_sums(dev.d, z, sc.channels, sc.n);
+    for (int c = 0; c < sc.channels; ++c) {
+      double scale = 0;
+      for (std::int64_t j = 0; j < sc.n; ++j) scale += std::abs(z[c * sc.n + j]);
+      CHECK_MESSAGE(std::abs(double(got[c]) - want[c]) <= 1e-6 * scale, "channel " << c << ": got " << got[c]
+                                                                                  << ", expected " << want[c]);
+    }
+  }
+}
+
+TEST_CASE("element bodies: the sums' launch plan fills a GPU and stays in its bounds") {
+  // ResNet-18's BatchNorm shapes at batch 256 on an H100's 132 SMs: a full load of threads (132 x
+  // 2,048) where the rows hold 4 reads (Vec4s) for each, else a thread for every 4 reads; chapter
+  // 09 starts 8,192 to 65,536 threads.
+  const int sms = 132;
+  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{64, 200704}, {128, 50176}, {256, 12544}}) {
+    CAPTURE(C);
+    const int blocks = fast::sums_blocks_per_channel(C, n, sms);
+    CHECK(blocks >= 1);
+    CHECK(blocks <= fast::kMaxSumBlocks);
+    const std::int64_t threads = std::int64_t(C) * blocks * fast::kThreads;
+    const std::int64_t four_reads_each = C * (n / 4 / (4 * fast::kThreads)) * fast::kThreads;
+    CHECK(threads >= std::min<std::int64_t>(std::int64_t(sms) * 2048, four_reads_each));
+    CHECK(threads >= 4 * 128 * C);  // chapter 09's 128 a channel, four times over at least
+  }
+  // 512 channels of 4,096 values: 1,024 Vec4s a row, one block's worth of 4 reads a thread.
+  CHECK(fast::sums_blocks_per_channel(512, 4096, sms) == 1);
+  CHECK(fast::sums_blocks_per_channel(1, 1, sms) == 1);
+  CHECK(fast::sums_blocks_per_channel(1, std::int64_t(1) << 30, sms) == fast::kMaxSumBlocks);
+}
+
+namespace {
+// BatchNorm apply's inputs on the host: z and residual [C][n], stats [2][C] (mean, inv_std > 0),
+// gamma and beta [C].
+struct ApplyInputs {
+  int C;
+  std::int64_t n;
+  std::vector<float> z, residual, stats, gamma, beta;
+  ApplyInputs(int C, std::int64_t n, mgpu::Rng& rng)
+      : C(C),
+        n(n),
+        z(testing::random_floats(std::size_t(C) * n, rng)),
+        residual(testing::random_floats(std::size_t(C) * n, rng)),
+        stats(testing::random_floats(2 * C, rng)),
+        gamma(testing::random_floats(C, rng)),
+        beta(testing::random_floats(C, rng)) {
+    for (int c = 0; c < C; ++c) stats[C + c] = 0.5f + std::abs(stats[C + c]);
+  }
+};
+
+std::vector<float> reference_apply(const mgpu::Device& d, const ApplyInputs& in, bool with_residual, bool relu) {
+  const auto z = testing::on_device(d, in.z), residual = testing::on_device(d, in.residual);
+  const auto stats = testing::on_device(d, in.stats), gamma = testing::on_device(d, in.gamma),
+             beta = testing::on_device(d, in.beta);
+  auto y = testing::poisoned(d, in.z.size());
+  nn::batch_norm_apply(d, z.data(), in.C, in.n, stats.data(), gamma.data(), beta.data(),
+                       with_residual ? residual.data() : nullptr,
+                       relu ? lenet::Activation::Relu : lenet::Activation::None, y.data());
+  return y.download();
+}
+}  // namespace
+
+TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply, bit for bit") {
+  Device1 dev;
+  mgpu::Rng rng(1005);
+  // (channels, n): rows of 9 and 7 values (scalar path only), 12 and 16 (Vec4s too); channel
+  // counts 3, 5 and 4.
+  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{3, 9}, {5, 7}, {3, 12}, {4, 16}, {5, 100}}) {
+    const ApplyInputs in(C, n, rng);
+    for (const bool with_residual : {false, true})
+      for (const bool relu : {false, true}) {
+        CAPTURE(C);
+        CAPTURE(n);
+        CAPTURE(with_residual);
+        CAPTURE(relu);
+        const std::vector<float> want = reference_apply(dev.d, in, with_residual, relu);
+        std::vector<float> y(in.z.size(), 1.0e30f);
+        const fast::ApplyArgs a = fast::apply_args(in.z.data(), C, n, in.stats.data(), in.gamma.data(), in.beta.data(),
+                                                   with_residual ? in.residual.data() : nullptr, relu, y.data());
+        CHECK(a.vec4 == (n % 4 == 0));
+        for (int idx = 0; idx < C * n; ++idx) fast::apply_element(a, idx);  // the scalar path, always
+        check_bitwise(y, want, "apply_element");
+        if (n % 4 == 0) {  // the vectorised path
+          std::fill(y.begin(), y.end(), 1.0e30f);
+          REQUIRE(a.count == C * n / 4);
+          for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
+          check_bitwise(y, want, "apply_vec4");
+        }
+      }
+  }
+}
+
+TEST_CASE("element bodies: the vectorised paths are chosen only where they are safe") {
+  std::vector<float> buf(64 + 4);  // std::vector's data is 16-byte aligned; buf.data() + 1 is not
+  float* aligned = buf.data();
+  float* off = buf.data() + 1;
+  const float params[8] = {};
+  CHECK(fast::apply_args(aligned, 4, 16, params, params, params, nullptr, true, aligned).vec4);
+  CHECK_FALSE(fast::apply_args(aligned, 4, 15, params, params, params, nullptr, true, aligned).vec4);  // 15 % 4
+  CHECK_FALSE(fast::apply_args(off, 4, 16, params, params, params, nullptr, true, aligned).vec4);      // z
+  CHECK_FALSE(fast::apply_args(aligned, 4, 16, params, params, params, off, true, aligned).vec4);      // residual
+  CHECK_FALSE(fast::apply_args(aligned, 4, 16, params, params, params, nullptr, true, off).vec4);      // y
+  double partials[4];
+  float sums[4];
+  CHECK(fast::sums_args(aligned, 4, 16, 1, partials, sums).vec4);
+  CHECK_FALSE(fast::sums_args(off, 4, 16, 1, partials, sums).vec4);
+  CHECK_FALSE(fast::sums_args(aligned, 4, 15, 1, partials, sums).vec4);
+}
+
+TEST_CASE("element bodies: a buffer beyond 32-bit indices is refused, naming it") {
+  // Stage 1 of ResNet-18 at batch 5,000: col has 64*9 * 5000*28*28 = 2.26e9 elements > 2^31 - 1.
+  const ImageShape xs{64, 5000, 28, 28};
+  const ConvShape c{64, 64, 3, 1, 1};
+  CHECK_THROWS_WITH_AS(fast::im2col_args(nullptr, xs, c, nullptr), doctest::Contains("im2col_raw's col"),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::col2im_args(nullptr, xs, c, nullptr), doctest::Contains("col2im_raw's col"),
+                       mgpu::Error);
+  CHECK_THROWS_AS(fast::apply_args(nullptr, 64, std::int64_t(1) << 26, nullptr, nullptr, nullptr, nullptr, false,
+                                   nullptr),
+                  mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::im2col_args(nullptr, {3, 1, 5, 5}, {4, 4, 3, 1, 1}, nullptr),
+                       doctest::Contains("the input has 3 channels, the convolution expects 4"), mgpu::Error);
+}
+
+#if MGPU_CUDA
+// ---- On a GPU: the launchers end to end against chapter 09's kernels on the same device.
+TEST_CASE("raw kernels: im2col_raw and col2im_raw equal nn::im2col and nn::col2im, bit for bit") {
+  Device1 dev;
+  mgpu::Rng rng(1101);
+  std::vector<ConvCase> cases = conv_cases();
+  cases.push_back({{64, 8, 28, 28}, {64, 64, 3, 1, 1}});   // ResNet-18's stage 1 at batch 8
+  cases.push_back({{128, 8, 14, 14}, {128, 256, 3, 2, 1}});
+  for (const ConvCase& cc : cases) {
+    CAPTURE(label(cc));
+    const std::int64_t cols = nn::conv_col_size(cc.xs, cc.c);
+    const auto x = testing::on_device(dev.d, testing::random_floats(cc.xs.size(), rng));
+    auto col_ref = testing::poisoned(dev.d, cols), col_raw = testing::poisoned(dev.d, cols);
+    nn::im2col(dev.d, x.data(), cc.xs, cc.c, col_ref.data());
+    fast::im2col_raw(dev.d, x.data(), cc.xs, cc.c, col_raw.data());
+    check_bitwise(col_raw.download(), col_ref.download(), "im2col_raw " + label(cc));
+
+    const auto col = testing::on_device(dev.d, testing::random_floats(cols, rng));
+    auto dx_ref = testing::poisoned(dev.d, cc.xs.size()), dx_raw = testing::poisoned(dev.d, cc.xs.size());
+    nn::col2im(dev.d, col.data(), cc.xs, cc.c, dx_ref.data());
+    fast::col2im_raw(dev.d, col.data(), cc.xs, cc.c, dx_raw.data());
+    check_bitwise(dx_raw.download(), dx_ref.download(), "col2im_raw " + label(cc));
+  }
+}
+
+TEST_CASE("raw kernels: batch_norm_sums_raw matches nn::batch_norm_sums, and repeats to the bit") {
+  Device1 dev;
+  mgpu::Rng rng(1102);
+  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{3, 7}, {5, 1001}, {64, 8 * 784}, {512, 4096}}) {
+    CAPTURE(C);
+    CAPTURE(n);
+    const std::vector<float> z = testing::random_floats(std::size_t(C) * n, rng, -1.0, 3.0);
+    const auto z_dev = testing::on_device(dev.d, z);
+    mgpu::Buffer<double> partials(dev.d, std::size_t(C) * fast::kMaxSumBlocks);
+    auto sums = testing::poisoned(dev.d, C);
+    fast::batch_norm_sums_raw(dev.d, z_dev.data(), C, n, partials.data(), sums.data());
+    const std::vector<float> got = sums.download(), want = reference_sums(dev.d, z, C, n);
+    for (int c = 0; c < C; ++c) {
+      double scale = 0;
+      for (std::int64_t j = 0; j < n; ++j) scale += std::abs(z[c * n + j]);
+      CHECK_MESSAGE(std::abs(double(got[c]) - want[c]) <= 1e-6 * scale, "channel " << c);
+    }
+    fast::batch_norm_sums_raw(dev.d, z_dev.data(), C, n, partials.data(), sums.data());
+    check_bitwise(sums.download(), got, "a second run");  // no atomics: the same order every time
+  }
+}
+
+TEST_CASE("raw kernels: batch_norm_apply_raw equals nn::batch_norm_apply, bit for bit") {
+  Device1 dev;
+  mgpu::Rng rng(1103);
+  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{3, 9}, {4, 16}, {64, 8 * 784}, {5, 1001}}) {
+    const ApplyInputs in(C, n, rng);
+    const auto z = testing::on_device(dev.d, in.z), residual = testing::on_device(dev.d, in.residual);
+    const auto stats = testing::on_device(dev.d, in.stats), gamma = testing::on_device(dev.d, in.gamma),
+               beta = testing::on_device(dev.d, in.beta);
+    for (const bool with_residual : {false, true})
+      for (const bool relu : {false, true}) {
+        CAPTURE(C);
+        CAPTURE(n);
+        CAPTURE(with_residual);
+        CAPTURE(relu);
+        auto y = testing::poisoned(dev.d, in.z.size());
+        fast::batch_norm_apply_raw(dev.d, z.data(), C, n, stats.data(), gamma.data(), beta.data(),
+                                   with_residual ? residual.data() : nullptr,
+                                   relu ? lenet::Activation::Relu : lenet::Activation::None, y.data());
+        check_bitwise(y.download(), reference_apply(dev.d, in, with_residual, relu), "batch_norm_apply_raw");
+      }
+  }
+}
+#endif
