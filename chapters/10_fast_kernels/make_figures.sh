@@ -13,7 +13,7 @@
 # figures come from). --quick: batch 8, one warm-up call and 3 timed calls, to see that
 # everything works. The files are named after the backend (10_fast_kernels_cpu.*,
 # 10_fast_kernels_cuda.*), so a GPU's run sits beside the CPU's.
-# Takes (cpu backend, 2 cores): about 2 minutes; run nothing else meanwhile.
+# Takes (cpu backend, 2 cores): about 10 seconds; run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
 figures_parse "kernels" "$@"
