@@ -19,8 +19,8 @@
 # Usage (from anywhere, after building):
 #   chapters/09_resnet/make_figures.sh [--build DIR] [--out DIR] [--quick] d2l|syncbn|twin|all
 # Default build folder build/, default output this chapter's figures/. --quick: tiny runs, to
-# see that everything works. Takes (cpu backend, 2 cores): d2l about 25 minutes, syncbn about
-# 20, twin about 12; run nothing else meanwhile.
+# see that everything works. Takes (cpu backend, 2 cores): d2l about 21 minutes, syncbn about
+# 13, twin about 11; run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
 figures_parse "d2l|syncbn|twin" "$@"
