@@ -8,8 +8,8 @@
 # --quick: tiny runs, to see that every script works (a minute or two).
 # From committed code only: each script refuses a tree with uncommitted changes before its first
 # run (tools/figures_common.sh; MGPU_FIGURES_ALLOW_DIRTY=1 overrides, and the stamps say so).
-# Takes (cpu backend, 2 cores): about 35 minutes for chapters 01-05, 27 more for 06-08 and an hour
-# for 09 (each script's header gives its own). Run nothing else on the machine meanwhile: the
+# Takes (cpu backend, 2 cores): about 35 minutes for chapters 01-05, 27 more for 06-08, 45 for 09
+# and seconds for 10 (each script's header gives its own). Run nothing else on the machine meanwhile: the
 # figures include times. Needs mpirun (chapter 05) and python3-torch (chapters 01, 09), and gnuplot
 # for the plots: without it each script names the plots it did not draw and writes the logs,
 # CSVs and tables as always.
