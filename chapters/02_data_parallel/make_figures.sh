@@ -20,8 +20,8 @@
 #   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] curves|scaling|lr|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: smaller runs, to see that everything works.
-# Takes (cpu backend, 2 cores): curves about 2.5 minutes, scaling about 4, lr about 16; run
-# nothing else meanwhile.
+# Takes (cpu backend, 2 cores): curves about 3 minutes, scaling about 1.5, lr about 30 with
+# other work sharing the cores (less on a quiet machine); run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
 figures_parse "curves|scaling|lr" "$@"
