@@ -193,5 +193,5 @@ gpu_step(04_allreduce_bench bench "naive, ring and NCCL on ${counts} GPU(s)"
          COMMAND ${bin}/04_allreduce_bench -g ${counts} ${bench_sizes})
 # Chapter 10: its raw kernels against chapter 09's at ResNet-18's shapes, every element checked
 # (a wrong one exits 1), each kernel's GB/s against the GPU's copy rate measured in the same run.
-gpu_step(10_fast_kernels kernels "chapter 10's raw kernels against chapter 09's, batch 256" ONE_GPU
+gpu_step(10_fast_kernels kernels "chapter 10's raw kernels against chapter 09's at ResNet-18's shapes" ONE_GPU
          COMMAND ${bin}/10_fast_kernels)
