@@ -191,7 +191,11 @@ TEST_CASE("element bodies: the sums' launch plan fills a GPU and stays in its bo
   // 2,048) where the rows hold 4 reads (Vec4s) for each, else a thread for every 4 reads; chapter
   // 09 starts 8,192 to 65,536 threads.
   const int sms = 132;
-  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{64, 200704}, {128, 50176}, {256, 12544}}) {
+  // (channels, values per channel); plain variables, not a structured binding: doctest's CAPTURE
+  // takes them into a lambda, which C++17 does not allow for a binding (clang refuses it).
+  for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{64, 200704}, {128, 50176}, {256, 12544}}) {
+    const int C = shape.first;
+    const std::int64_t n = shape.second;
     CAPTURE(C);
     const int blocks = fast::sums_blocks_per_channel(C, n, sms);
     CHECK(blocks >= 1);
@@ -243,7 +247,9 @@ TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply
   mgpu::Rng rng(1005);
   // (channels, n): rows of 9 and 7 values (scalar path only), 12 and 16 (Vec4s too); channel
   // counts 3, 5 and 4.
-  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{3, 9}, {5, 7}, {3, 12}, {4, 16}, {5, 100}}) {
+  for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{3, 9}, {5, 7}, {3, 12}, {4, 16}, {5, 100}}) {
+    const int C = shape.first;
+    const std::int64_t n = shape.second;
     const ApplyInputs in(C, n, rng);
     for (const bool with_residual : {false, true})
       for (const bool relu : {false, true}) {
@@ -328,7 +334,9 @@ TEST_CASE("raw kernels: im2col_raw and col2im_raw equal nn::im2col and nn::col2i
 TEST_CASE("raw kernels: batch_norm_sums_raw matches nn::batch_norm_sums, and repeats to the bit") {
   Device1 dev;
   mgpu::Rng rng(1102);
-  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{3, 7}, {5, 1001}, {64, 8 * 784}, {512, 4096}}) {
+  for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{3, 7}, {5, 1001}, {64, 8 * 784}, {512, 4096}}) {
+    const int C = shape.first;
+    const std::int64_t n = shape.second;
     CAPTURE(C);
     CAPTURE(n);
     const std::vector<float> z = testing::random_floats(std::size_t(C) * n, rng, -1.0, 3.0);
@@ -350,7 +358,9 @@ TEST_CASE("raw kernels: batch_norm_sums_raw matches nn::batch_norm_sums, and rep
 TEST_CASE("raw kernels: batch_norm_apply_raw equals nn::batch_norm_apply, bit for bit") {
   Device1 dev;
   mgpu::Rng rng(1103);
-  for (const auto& [C, n] : std::vector<std::pair<int, std::int64_t>>{{3, 9}, {4, 16}, {64, 8 * 784}, {5, 1001}}) {
+  for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{3, 9}, {4, 16}, {64, 8 * 784}, {5, 1001}}) {
+    const int C = shape.first;
+    const std::int64_t n = shape.second;
     const ApplyInputs in(C, n, rng);
     const auto z = testing::on_device(dev.d, in.z), residual = testing::on_device(dev.d, in.residual);
     const auto stats = testing::on_device(dev.d, in.stats), gamma = testing::on_device(dev.d, in.gamma),
