@@ -34,12 +34,6 @@ constexpr int kSlices = mgpu::kGpuMapping ? 128 : 1;
 
 MGPU_HD inline int ceil_div(int a, int b) { return (a + b - 1) / b; }  // for a >= 0, b > 0
 
-void check_channels(ImageShape xs, ConvShape c, const char* call) {
-  if (xs.channels != c.in_channels)
-    throw mgpu::Error(std::string(call) + ": the input has " + std::to_string(xs.channels) +
-                      " channels, the convolution expects " + std::to_string(c.in_channels));
-}
-
 // A row of n values is walked with int indices by for_each_span.
 int row_length(i64 n, const char* call) {
   if (n < 0 || n > 0x7fffffff) throw mgpu::Error(std::string(call) + ": a channel of " + std::to_string(n) + " values");
@@ -57,6 +51,12 @@ int conv_output_size(int in, int kernel, int stride, int padding) {
 ImageShape conv_output_shape(ImageShape xs, ConvShape c) {
   return {c.out_channels, xs.batch, conv_output_size(xs.height, c.kernel, c.stride, c.padding),
           conv_output_size(xs.width, c.kernel, c.stride, c.padding)};
+}
+
+void check_channels(ImageShape xs, ConvShape c, const char* call) {
+  if (xs.channels != c.in_channels)
+    throw mgpu::Error(std::string(call) + ": the input has " + std::to_string(xs.channels) +
+                      " channels, the convolution expects " + std::to_string(c.in_channels));
 }
 
 namespace {

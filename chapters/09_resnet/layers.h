@@ -35,6 +35,8 @@ struct ConvShape {
 int conv_output_size(int in, int kernel, int stride, int padding);
 // The output's shape for input xs.
 ImageShape conv_output_shape(ImageShape xs, ConvShape c);
+// Throws mgpu::Error, naming `call`, unless xs has the convolution's input channels.
+void check_channels(ImageShape xs, ConvShape c, const char* call);
 
 // col [Cin*k*k][B*Ho*Wo]: row (c, ky, kx), column (b, oy, ox) holds x[c][b][oy*s + ky - p][ox*s + kx - p],
 // or 0 where that pixel lies in the padding.

@@ -22,11 +22,7 @@ int index_count(i64 n, const char* what) {
 
 namespace {
 
-void check_channels(ImageShape xs, ConvShape c, const char* call) {
-  if (xs.channels != c.in_channels)
-    throw mgpu::Error(std::string(call) + ": the input has " + std::to_string(xs.channels) +
-                      " channels, the convolution expects " + std::to_string(c.in_channels));
-}
+using nn::check_channels;  // chapter 09's: the input must have the convolution's channels
 
 #if MGPU_CUDA
 // Blocks of kThreads that cover `count` threads, one per index (count < 2^31, so fewer than
