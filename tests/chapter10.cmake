@@ -4,7 +4,7 @@
 # presets). The cases that launch the raw kernels on a GPU ("raw kernels: *") are compiled in the
 # cuda build only and run as a test of their own, fast_kernels_on_gpu: skipped where no GPU
 # answers (and, in the cpu build, listed as skipped, saying why), never counted as passed.
-mgpu_test(test_fast_kernels DEVICE LIBS mgpu_fast_kernels ARGS "--test-case-exclude=raw kernels:*")
+mgpu_test(test_fast_kernels DEVICE LIBS mgpu_resnet)
 if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
   add_test(NAME fast_kernels_on_gpu COMMAND test_fast_kernels "--test-case=raw kernels:*"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -21,7 +21,7 @@ expect_exit(10_fast_kernels batch_zero    2 stderr "--batch-size: must be at lea
 expect_exit(10_fast_kernels batch_big     2 stderr "--batch-size: must be at most 1024, got 4096" -b 4096)
 expect_exit(10_fast_kernels batch_text    2 stderr "--batch-size: needs an integer, got 'many'" -b many)
 expect_exit(10_fast_kernels iters_negative 2 stderr "--iters: must be zero or more, got -1" --iters -1)
-expect_exit(10_fast_kernels kernels_bad   2 stderr "--kernels: needs a comma-separated list of im2col, col2im, sums, apply; got 'im2col,gemm'"
+expect_exit(10_fast_kernels kernels_bad   2 stderr "--kernels: needs a comma-separated list of im2col, col2im, sums, backward, apply; got 'im2col,gemm'"
             --kernels im2col,gemm)
 expect_exit(10_fast_kernels no_timing     2 stderr "--iters 0 .* give --warmup 1 or more, or --iters N" --warmup 0)
 expect_exit(10_fast_kernels unknown_flag  2 stderr "unknown option '--bogus'" --bogus)

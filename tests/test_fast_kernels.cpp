@@ -8,8 +8,8 @@
 // images, stride 2, padding 0 and 1, 1x1 and 5x5 kernels, channel counts and row lengths that
 // are not multiples of 4 (the vectorised paths' fallbacks).
 //
-// In the cuda build, the cases named "raw kernels: *" launch the kernels on a GPU and compare
-// end to end (ctest runs them as fast_kernels_on_gpu; skipped where no GPU answers).
+// The cases named "raw kernels: *" call the launchers and compare end to end: on a GPU in the
+// cuda build (ctest runs them alone too, as fast_kernels_on_gpu), on the CPU in the cpu build.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -73,6 +73,41 @@ struct Device1 {
 };
 
 }  // namespace
+
+TEST_CASE("Divisor: n / d by a multiply and a shift equals n / d for every divisor tried") {
+  // Every divisor a ResNet-18 at batch <= 1024 meets (sides, batch, kernel, stride) and more:
+  // 1..4096 against n at the edges (0, d-1, d, d+1, multiples of d and their neighbours, the
+  // largest ints) and at random; then divisors near powers of two and near 2^31.
+  mgpu::Rng rng(1100);
+  std::vector<int> divisors;
+  for (int d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int e = 13; e <= 30; ++e)
+    for (int delta : {-1, 0, 1}) divisors.push_back((1 << e) + delta);
+  divisors.push_back(0x7fffffff);
+  divisors.push_back(0x7ffffffe);
+  long long checked = 0, wrong = 0;
+  int first_d = 0, first_n = 0;
+  for (const int d : divisors) {
+    const fast::Divisor by(d);
+    std::vector<int> ns = {0, 1, d - 1, d, 0x7fffffff, 0x7ffffffe, 0x7fffffff - d};
+    if (d < 0x7fffffff) ns.push_back(d + 1);
+    for (long long q : {2LL, 3LL, 1000LL, 0x7fffffffLL / d}) {
+      const long long n = q * d;
+      for (long long m : {n - 1, n, n + 1})
+        if (m >= 0 && m <= 0x7fffffff) ns.push_back(int(m));
+    }
+    for (int i = 0; i < 64; ++i) ns.push_back(int(rng.uniform() * 2147483647.0));
+    for (const int n : ns) {
+      int rem = -1;
+      const int q = by.divmod(n, rem);
+      ++checked;
+      if ((q != n / d || rem != n % d || by.div(n) != q) && wrong++ == 0) first_d = d, first_n = n;
+    }
+  }
+  CHECK_MESSAGE(wrong == 0, wrong << " of " << checked << " divisions wrong; first " << first_n << " / " << first_d);
+  CHECK(checked > 4096 * 70);
+  CHECK_THROWS_WITH_AS(fast::Divisor(0), doctest::Contains("0 is not a positive int"), mgpu::Error);
+}
 
 TEST_CASE("element bodies: im2col_element at every index is nn::im2col, bit for bit") {
   Device1 dev;
@@ -186,6 +221,113 @@ TEST_CASE("element bodies: the sums match nn::batch_norm_sums within 1e-6 of the
   }
 }
 
+namespace {
+// BatchNorm's two other sums, every way this chapter computes them, beside chapter 09's (the
+// reference, on the device): on the host as a GPU cuts the work (for a chosen number of blocks
+// per channel), and through the launchers (fast::batch_norm_*_sums_raw: a GPU's kernels in the
+// cuda build, the same element functions on the CPU in the cpu build).
+struct TermSumsCase {
+  int C;
+  std::int64_t n;
+  std::vector<float> z, dy, stats, sums0, dgamma, dbeta;  // stats [2][C]; sums0 [C] = sum z
+  TermSumsCase(int channels, std::int64_t values, mgpu::Rng& rng) : C(channels), n(values) {
+    z = testing::random_floats(std::size_t(C) * n, rng, 0.5, 1.5);  // a mean far from 0: centring matters
+    dy = testing::random_floats(std::size_t(C) * n, rng, -1.0, 1.0);
+    stats = testing::random_floats(std::size_t(2) * C, rng, 0.5, 2.0);
+    dgamma = testing::random_floats(C, rng, -1.0, 1.0);
+    dbeta = testing::random_floats(C, rng, -1.0, 1.0);
+    sums0.assign(C, 0.0f);
+    for (int c = 0; c < C; ++c) {
+      double sum = 0;
+      for (std::int64_t j = 0; j < n; ++j) sum += z[c * n + j];
+      sums0[c] = float(sum);
+    }
+  }
+  // The scales the sums are compared at: per channel, sum (z - mean)^2, sum |dy|, sum |dy xhat|.
+  void scales(std::vector<double>& square, std::vector<double>& grad, std::vector<double>& grad_xhat) const {
+    square.assign(C, 0), grad.assign(C, 0), grad_xhat.assign(C, 0);
+    for (int c = 0; c < C; ++c)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double centered = z[c * n + j] - double(sums0[c]) / n;
+        const float xhat = (z[c * n + j] - stats[c]) * stats[C + c];
+        square[c] += centered * centered;
+        grad[c] += std::abs(dy[c * n + j]);
+        grad_xhat[c] += std::abs(double(dy[c * n + j]) * xhat);
+      }
+  }
+};
+
+// Chapter 09's results: [0] sums[1] of the square sums; [1], [2] the backward's two sums;
+// [3] dgamma, [4] dbeta after the backward sums added into them.
+std::vector<std::vector<float>> term_sums_reference(const mgpu::Device& d, const TermSumsCase& t) {
+  const auto z = testing::on_device(d, t.z), dy = testing::on_device(d, t.dy), stats = testing::on_device(d, t.stats);
+  std::vector<float> sums_host = t.sums0;
+  sums_host.resize(2 * t.C, 1.0e30f);
+  auto sums = testing::on_device(d, sums_host), back = testing::poisoned(d, 2 * t.C);
+  auto dgamma = testing::on_device(d, t.dgamma), dbeta = testing::on_device(d, t.dbeta);
+  nn::ReductionScratch scratch(d, t.C);
+  nn::batch_norm_square_sums(d, z.data(), t.C, t.n, double(t.n), scratch, sums.data());
+  nn::batch_norm_backward_sums(d, dy.data(), z.data(), t.C, t.n, stats.data(), scratch, back.data(), dgamma.data(),
+                               dbeta.data());
+  const std::vector<float> square = sums.download(), b = back.download();
+  return {std::vector<float>(square.begin() + t.C, square.end()), std::vector<float>(b.begin(), b.begin() + t.C),
+          std::vector<float>(b.begin() + t.C, b.end()), dgamma.download(), dbeta.download()};
+}
+
+// The same five from this chapter's per-thread functions, run on the host for `blocks` blocks
+// per channel (their threads in order).
+template <class Term>
+void term_sums_on_host(const Term& term, int C, std::int64_t n, int blocks, float* first, float* second,
+                       float* dgamma, float* dbeta) {
+  std::vector<double> partials(std::size_t(2) * C * blocks, -1e300);
+  const fast::TermSumsArgs<Term> a{term, partials.data(), first, second, dgamma, dbeta, C, int(n), blocks};
+  for (int c = 0; c < C; ++c)
+    for (int block = 0; block < blocks; ++block) {
+      fast::SumPair sum;
+      for (int thread = 0; thread < fast::kThreads; ++thread) {
+        const fast::SumPair v = fast::thread_term_sums(a, c, block, thread);
+        sum.first += v.first, sum.second += v.second;
+      }
+      partials[std::size_t(c) * blocks + block] = sum.first;
+      partials[(std::size_t(C) + c) * blocks + block] = sum.second;
+    }
+  for (int c = 0; c < C; ++c) fast::finish_term_channel(a, c);
+}
+
+void check_term_sums(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                     const TermSumsCase& t, const std::string& how) {
+  std::vector<double> square, grad, grad_xhat;
+  t.scales(square, grad, grad_xhat);
+  const char* names[] = {"sum (z - mean)^2", "sum dy", "sum dy xhat", "dgamma", "dbeta"};
+  const std::vector<double>* scale[] = {&square, &grad, &grad_xhat, &grad_xhat, &grad};
+  for (int k = 0; k < 5; ++k)
+    for (int c = 0; c < t.C; ++c)
+      CHECK_MESSAGE(std::abs(double(got[k][c]) - want[k][c]) <= 1e-6 * (*scale[k])[c] + 1e-6,
+                    how << ": " << names[k] << ", channel " << c << ": got " << got[k][c] << ", expected "
+                        << want[k][c]);
+}
+}  // namespace
+
+TEST_CASE("element bodies: the square sums and the backward's two sums match chapter 09's within 1e-6 of their scale") {
+  Device1 dev;
+  mgpu::Rng rng(1006);
+  for (const SumsCase& sc : kSumsCases) {
+    CAPTURE(sc.channels);
+    CAPTURE(sc.n);
+    CAPTURE(sc.blocks);
+    const TermSumsCase t(sc.channels, sc.n, rng);
+    const std::vector<std::vector<float>> want = term_sums_reference(dev.d, t);
+    std::vector<std::vector<float>> got(5, std::vector<float>(t.C, 1.0e30f));
+    got[3] = t.dgamma, got[4] = t.dbeta;
+    std::vector<float> unused(t.C);
+    term_sums_on_host(fast::CenteredSquareTerm{t.z.data(), t.sums0.data(), double(t.n)}, t.C, t.n, sc.blocks,
+                      got[0].data(), nullptr, nullptr, nullptr);
+    term_sums_on_host(fast::GradXhatTerm{t.dy.data(), t.z.data(), t.stats.data(), t.C}, t.C, t.n, sc.blocks,
+                      got[1].data(), got[2].data(), got[3].data(), got[4].data());
+    check_term_sums(got, want, t, "on the host");
+  }
+}
+
 TEST_CASE("element bodies: the sums' launch plan fills a GPU and stays in its bounds") {
   // ResNet-18's BatchNorm shapes at batch 256 on an H100's 132 SMs: a full load of threads (132 x
   // 2,048) where the rows hold 4 reads (Vec4s) for each, else a thread for every 4 reads; chapter
@@ -242,7 +384,26 @@ std::vector<float> reference_apply(const mgpu::Device& d, const ApplyInputs& in,
 }
 }  // namespace
 
-TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply, bit for bit") {
+namespace {
+// The host's apply against the device's: bit for bit in the cpu build (one compiler, one order).
+// In the cuda build the reference ran on the GPU, where nvcc fuses (z - mean) * scale + shift into
+// one FMA (one rounding) and the host compiler does not (two): they may differ in the last bit,
+// so there the check is 2^-20 of the value's scale (a few roundings). (On the GPU, raw against reference, both
+// fused: bit for bit, "raw kernels: batch_norm_apply_raw" below.)
+void check_host_apply(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  if constexpr (!mgpu::kCudaBackend) {
+    check_bitwise(got, want, what);
+  } else {
+    REQUIRE(got.size() == want.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (!(std::abs(got[i] - want[i]) <= 0x1p-20f * std::max(1.0f, std::abs(want[i])))) ++bad;
+    CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << got.size() << " elements beyond a rounding");
+  }
+}
+}  // namespace
+
+TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply (bit for bit on a CPU)") {
   Device1 dev;
   mgpu::Rng rng(1005);
   // (channels, n): rows of 9 and 7 values (scalar path only), 12 and 16 (Vec4s too); channel
@@ -263,12 +424,12 @@ TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply
                                                    with_residual ? in.residual.data() : nullptr, relu, y.data());
         CHECK(a.vec4 == (n % 4 == 0));
         for (int idx = 0; idx < C * n; ++idx) fast::apply_element(a, idx);  // the scalar path, always
-        check_bitwise(y, want, "apply_element");
+        check_host_apply(y, want, "apply_element");
         if (n % 4 == 0) {  // the vectorised path
           std::fill(y.begin(), y.end(), 1.0e30f);
           REQUIRE(a.count == C * n / 4);
           for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
-          check_bitwise(y, want, "apply_vec4");
+          check_host_apply(y, want, "apply_vec4");
         }
       }
   }
@@ -306,8 +467,8 @@ TEST_CASE("element bodies: a buffer beyond 32-bit indices is refused, naming it"
                        doctest::Contains("the input has 3 channels, the convolution expects 4"), mgpu::Error);
 }
 
-#if MGPU_CUDA
-// ---- On a GPU: the launchers end to end against chapter 09's kernels on the same device.
+// ---- The launchers end to end against chapter 09's kernels on the same device: on a GPU the
+// `__global__` kernels; in the cpu build the same element functions run by for_each_index.
 TEST_CASE("raw kernels: im2col_raw and col2im_raw equal nn::im2col and nn::col2im, bit for bit") {
   Device1 dev;
   mgpu::Rng rng(1101);
@@ -355,6 +516,38 @@ TEST_CASE("raw kernels: batch_norm_sums_raw matches nn::batch_norm_sums, and rep
   }
 }
 
+TEST_CASE("raw kernels: the square sums and the backward's two sums match chapter 09's, and repeat to the bit") {
+  Device1 dev;
+  mgpu::Rng rng(1104);
+  for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{3, 7}, {5, 1001}, {64, 8 * 784}, {512, 4096}}) {
+    const int C = shape.first;
+    const std::int64_t n = shape.second;
+    CAPTURE(C);
+    CAPTURE(n);
+    const TermSumsCase t(C, n, rng);
+    const std::vector<std::vector<float>> want = term_sums_reference(dev.d, t);
+    const auto z = testing::on_device(dev.d, t.z), dy = testing::on_device(dev.d, t.dy),
+               stats = testing::on_device(dev.d, t.stats);
+    mgpu::Buffer<double> partials(dev.d, std::size_t(2) * C * fast::kMaxSumBlocks);
+    std::vector<std::vector<float>> runs[2];
+    for (auto& got : runs) {
+      std::vector<float> sums_host = t.sums0;
+      sums_host.resize(2 * C, 1.0e30f);
+      auto sums = testing::on_device(dev.d, sums_host), back = testing::poisoned(dev.d, 2 * C);
+      auto dgamma = testing::on_device(dev.d, t.dgamma), dbeta = testing::on_device(dev.d, t.dbeta);
+      fast::batch_norm_square_sums_raw(dev.d, z.data(), C, n, double(n), partials.data(), sums.data());
+      fast::batch_norm_backward_sums_raw(dev.d, dy.data(), z.data(), C, n, stats.data(), partials.data(), back.data(),
+                                         dgamma.data(), dbeta.data());
+      const std::vector<float> square = sums.download(), b = back.download();
+      CHECK(std::equal(square.begin(), square.begin() + C, t.sums0.begin()));  // sums[0] read, not written
+      got = {std::vector<float>(square.begin() + C, square.end()), std::vector<float>(b.begin(), b.begin() + C),
+             std::vector<float>(b.begin() + C, b.end()), dgamma.download(), dbeta.download()};
+    }
+    check_term_sums(runs[0], want, t, "raw");
+    for (int k = 0; k < 5; ++k) check_bitwise(runs[1][k], runs[0][k], "a second run");  // no atomics
+  }
+}
+
 TEST_CASE("raw kernels: batch_norm_apply_raw equals nn::batch_norm_apply, bit for bit") {
   Device1 dev;
   mgpu::Rng rng(1103);
@@ -379,4 +572,3 @@ TEST_CASE("raw kernels: batch_norm_apply_raw equals nn::batch_norm_apply, bit fo
       }
   }
 }
-#endif

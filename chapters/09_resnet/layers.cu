@@ -6,9 +6,12 @@
 // them: the helpers at the top, the machinery of the per-channel sums at the head of their section.
 #include "layers.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
+#include "../10_fast_kernels/kernels.h"  // the raw kernels --kernels raw hands the hottest jobs to
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/gemm.h"
 #include "common/parallel.h"
@@ -40,7 +43,17 @@ int row_length(i64 n, const char* call) {
   return static_cast<int>(n);
 }
 
+// The program's LayerKernels (layers.h): the reference until a program chooses (so chapter 10's
+// tests and benchmark, which hold the raw kernels against these functors, get the functors).
+// Atomic because the devices' threads read it; it is written before any of them starts.
+std::atomic<LayerKernels> chosen_kernels{LayerKernels::Reference};
+bool raw() { return chosen_kernels.load(std::memory_order_relaxed) == LayerKernels::Raw; }
+
 }  // namespace
+
+void use_layer_kernels(LayerKernels k) { chosen_kernels.store(k, std::memory_order_relaxed); }
+LayerKernels layer_kernels() { return chosen_kernels.load(std::memory_order_relaxed); }
+const char* name_of(LayerKernels k) { return k == LayerKernels::Raw ? "raw" : "reference"; }
 
 // --- convolution: kernel k x k, stride s, zero padding p on every side
 
@@ -95,6 +108,7 @@ struct Im2col {
 }  // namespace
 
 void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
+  if (raw()) return fast::im2col_raw(d, x, xs, c, col);
   check_channels(xs, c, "im2col");
   const ImageShape zs = conv_output_shape(xs, c);
   const i64 items = i64(c.in_channels) * c.kernel * c.kernel * xs.batch;
@@ -137,6 +151,7 @@ struct Col2im {
 }  // namespace
 
 void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) {
+  if (raw()) return fast::col2im_raw(d, col, xs, c, dx);
   check_channels(xs, c, "col2im");
   const ImageShape zs = conv_output_shape(xs, c);
   const i64 planes = i64(xs.channels) * xs.batch;
@@ -183,7 +198,8 @@ std::int64_t conv_col_size(ImageShape xs, ConvShape c) {
 int reduction_slices() { return kSlices; }
 
 ReductionScratch::ReductionScratch(const Device& d, int max_channels)
-    : max_channels(max_channels), partials(d, std::size_t(2) * max_channels * kSlices) {}
+    : max_channels(max_channels),
+      partials(d, std::size_t(2) * max_channels * std::max(kSlices, fast::kMaxSumBlocks)) {}
 
 namespace {
 // Two sums carried together (BatchNorm needs two per channel, in both directions).
@@ -241,6 +257,14 @@ void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScra
   for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, scratch.partials.data(), channels, n}, bytes);
   for_each_index(d, channels, FinishSums{scratch.partials.data(), first, second, dgamma, dbeta, channels});
 }
+
+// The scratch's partials for chapter 10's kernels (--kernels raw), if it holds `channels`.
+double* raw_scratch(ReductionScratch& scratch, int channels, const char* call) {
+  if (channels > scratch.max_channels)
+    throw mgpu::Error(std::string(call) + ": " + std::to_string(channels) + " channels, scratch for " +
+                      std::to_string(scratch.max_channels));
+  return scratch.partials.data();
+}
 }  // namespace
 
 // --- BatchNorm
@@ -256,6 +280,7 @@ struct Value {  // pass 1: z
 }  // namespace
 
 void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch, float* sums) {
+  if (raw()) return fast::batch_norm_sums_raw(d, z, channels, n, raw_scratch(scratch, channels, "batch_norm_sums"), sums);
   channel_sums(d, channels, n, Value{z}, scratch, sums, nullptr, nullptr, nullptr, kF * channels * n);
 }
 
@@ -274,6 +299,9 @@ struct CenteredSquare {  // pass 2: (z - mean)^2, mean = sum / count
 void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
                             ReductionScratch& scratch, float* sums) {
   if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums: no values to normalize over");
+  if (raw())
+    return fast::batch_norm_square_sums_raw(d, z, channels, n, count,
+                                            raw_scratch(scratch, channels, "batch_norm_square_sums"), sums);
   channel_sums(d, channels, n, CenteredSquare{z, sums, count}, scratch, sums + channels, nullptr, nullptr, nullptr,
                kF * channels * n);
 }
@@ -353,6 +381,7 @@ struct BatchNormApply {
 
 void batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats, const float* gamma,
                       const float* beta, const float* residual, lenet::Activation act, float* y) {
+  if (raw()) return fast::batch_norm_apply_raw(d, z, channels, n, stats, gamma, beta, residual, act, y);
   for_each_span(d, channels, row_length(n, "batch_norm_apply"),
                 BatchNormApply{z, stats, gamma, beta, residual, y, n, channels, act == lenet::Activation::Relu},
                 kF * channels * n * (residual ? 3.0 : 2.0));
@@ -373,6 +402,10 @@ struct GradAndGradXhat {  // backward: (dy, dy * xhat), xhat = (z - mean) * inv_
 
 void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
                               const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta) {
+  if (raw())
+    return fast::batch_norm_backward_sums_raw(d, dy, z, channels, n, stats,
+                                              raw_scratch(scratch, channels, "batch_norm_backward_sums"), sums, dgamma,
+                                              dbeta);
   channel_sums(d, channels, n, GradAndGradXhat{dy, z, stats, channels}, scratch, sums, sums + channels, dgamma, dbeta,
                2.0 * kF * channels * n);
 }

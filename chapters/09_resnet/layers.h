@@ -19,12 +19,26 @@
 #include <cstdint>
 
 #include "../01_lenet/layers.h"  // chapter 01's layers: ResNet reuses its dense layer, loss and ReLU
+#include "common/backend.h"  // MGPU_CUDA
 #include "common/device.h"
 
 namespace nn {
 
 using lenet::ImageShape;
 using mgpu::Device;
+
+// --- which code does the hottest jobs: im2col, col2im, BatchNorm's three channel sums and its apply
+//   Reference  this library's functors (layers.cu): the readable version, and a CPU's fast one
+//   Raw        chapter 10's raw CUDA kernels (chapters/10_fast_kernels/kernels.h), the same
+//              results (the sums to within rounding) at several times the speed on a GPU; in the
+//              cpu build the same per-thread code runs on the CPU, correct but slow
+// One setting for the whole program, made before any layer runs. The library starts with
+// Reference; 09_resnet's --kernels chooses, by default kDefaultLayerKernels, each build's faster.
+enum class LayerKernels { Reference, Raw };
+inline constexpr LayerKernels kDefaultLayerKernels = MGPU_CUDA ? LayerKernels::Raw : LayerKernels::Reference;
+void use_layer_kernels(LayerKernels k);
+LayerKernels layer_kernels();
+const char* name_of(LayerKernels k);  // "reference", "raw"
 
 // --- convolution: kernel k x k, stride s, zero padding p on every side
 struct ConvShape {
@@ -67,7 +81,8 @@ std::int64_t conv_col_size(ImageShape xs, ConvShape c);
 // kSlices (S) is chosen per backend in one place, layers.cu: many on a GPU (to fill it with
 // threads), one on a CPU (a core then walks its channel's row in order).
 int reduction_slices();
-// Scratch for the sums of up to max_channels channels: [2][max_channels][reduction_slices()] doubles.
+// Scratch for the sums of up to max_channels channels: [2][max_channels][reduction_slices()]
+// doubles, and at least the [2][max_channels][fast::kMaxSumBlocks] chapter 10's kernels take.
 struct ReductionScratch {
   ReductionScratch(const Device& d, int max_channels);
   int max_channels;

@@ -1,13 +1,17 @@
 // The raw kernels of kernels.h, one section each: the host function that fills the kernel's
-// arguments (both builds: the tests use it), then, in the cuda build only, the `__global__`
-// function and its launcher together. What a thread computes is the MGPU_HD function in
-// kernels.h; a kernel here only turns blockIdx and threadIdx into its index.
+// arguments, the kernel, and its launcher. What a thread computes is the MGPU_HD function in
+// kernels.h. In the cuda build the kernel is a `__global__` function that turns blockIdx and
+// threadIdx into its index; in the cpu build it is a functor of the same name that
+// mgpu::for_each_index calls for every index on the device's cores: the same element functions,
+// so chapter 09's `--kernels raw` runs (and is tested) on any machine, only not fast.
 #include "kernels.h"
 
 #include <algorithm>
 #include <string>
 
 #include "common/check.h"
+#include "common/parallel.h"  // the cpu build's for_each_index
+#include "common/profile.h"   // the cuda build's launches are timed by chapter 09's --profile
 
 namespace fast {
 
@@ -18,6 +22,13 @@ int index_count(i64 n, const char* what) {
     throw mgpu::Error(std::string(what) + ": " + std::to_string(n) +
                       " elements; the raw kernels index with 32-bit ints, so at most 2^31 - 1 (a smaller batch)");
   return static_cast<int>(n);
+}
+
+Divisor::Divisor(int divisor) : d(divisor) {
+  if (divisor < 1) throw mgpu::Error("Divisor: " + std::to_string(divisor) + " is not a positive int");
+  while ((std::uint64_t(1) << s) < std::uint64_t(divisor)) ++s;  // the smallest s with 2^s >= d
+  // m = floor(2^32 (2^s - d) / d) + 1: below 2^32, since 2^s - d < d
+  m = static_cast<unsigned>(((std::uint64_t(1) << 32) * ((std::uint64_t(1) << s) - divisor)) / divisor + 1);
 }
 
 namespace {
@@ -32,6 +43,19 @@ unsigned blocks_for(int count) { return static_cast<unsigned>((count + kThreads 
 // The index of this thread in a one-dimensional grid: block b's threads take b*kThreads onwards.
 // In 32 bits: blockIdx.x * blockDim.x < 2^31 for every grid here.
 __device__ inline int global_index() { return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); }
+
+// Runs launch() (one `kernel<<<...>>>` on d's stream), checks that the launch was accepted, and
+// times it as `name` when a KernelProfile is timing d (common/profile.h: events around it), as
+// for_each_index times the functors: the profile's table then shows raw and reference side by side.
+template <class Launch>
+void launch_timed(const Device& d, const char* name, double bytes, Launch launch) {
+  mgpu::KernelProfile* profile = mgpu::KernelProfile::of(d);
+  const int call = profile ? profile->begin(name, 0, bytes) : -1;
+  mgpu::activate(d);
+  launch();
+  MGPU_CHECK_CUDA(cudaGetLastError());
+  if (profile) profile->end(call);
+}
 #endif
 
 }  // namespace
@@ -43,15 +67,22 @@ Im2colArgs im2col_args(const float* x, ImageShape xs, ConvShape c, float* col) {
   const ImageShape zs = nn::conv_output_shape(xs, c);
   index_count(i64(xs.size()), "im2col_raw's input");
   const int count = index_count(nn::conv_col_size(xs, c), "im2col_raw's col");
-  return {x, col, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width, count};
+  return {x, col, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width, count,
+          Divisor(zs.width), Divisor(zs.height), Divisor(xs.batch), Divisor(c.kernel)};
 }
 
-#if MGPU_CUDA
 namespace {
+#if MGPU_CUDA
 __global__ void im2col_kernel(Im2colArgs a) {
   const int idx = global_index();
   if (idx < a.count) im2col_element(a, idx);
 }
+#else
+struct Im2colKernel {
+  Im2colArgs a;
+  void operator()(i64 idx) const { im2col_element(a, static_cast<int>(idx)); }
+};
+#endif
 }  // namespace
 
 void im2col_raw(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
@@ -59,11 +90,13 @@ void im2col_raw(const Device& d, const float* x, ImageShape xs, ConvShape c, flo
   if (a.count == 0) return;
   mgpu::check_owned(d, x, sizeof(float) * xs.size(), "im2col_raw (x)");
   mgpu::check_owned(d, col, sizeof(float) * a.count, "im2col_raw (col)");
-  mgpu::activate(d);
-  im2col_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a);
-  MGPU_CHECK_CUDA(cudaGetLastError());
-}
+  const double bytes = 2.0 * sizeof(float) * a.count;  // each col element written, (about) one x read
+#if MGPU_CUDA
+  launch_timed(d, "Im2colKernel", bytes, [&] { im2col_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a); });
+#else
+  mgpu::for_each_index(d, a.count, Im2colKernel{a}, bytes);
 #endif
+}
 
 // ---- (b) col2im
 
@@ -72,27 +105,37 @@ Col2imArgs col2im_args(const float* col, ImageShape xs, ConvShape c, float* dx) 
   const ImageShape zs = nn::conv_output_shape(xs, c);
   index_count(nn::conv_col_size(xs, c), "col2im_raw's col");
   const int count = index_count(i64(xs.size()), "col2im_raw's dx");
-  return {col, dx, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width, count};
+  return {col, dx, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width, count,
+          Divisor(xs.width), Divisor(xs.height), Divisor(xs.batch), Divisor(c.stride)};
 }
 
-#if MGPU_CUDA
 namespace {
+#if MGPU_CUDA
 __global__ void col2im_kernel(Col2imArgs a) {
   const int idx = global_index();
   if (idx < a.count) col2im_element(a, idx);
 }
+#else
+struct Col2imKernel {
+  Col2imArgs a;
+  void operator()(i64 idx) const { col2im_element(a, static_cast<int>(idx)); }
+};
+#endif
 }  // namespace
 
 void col2im_raw(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) {
   const Col2imArgs a = col2im_args(col, xs, c, dx);
   if (a.count == 0) return;
-  mgpu::check_owned(d, col, sizeof(float) * nn::conv_col_size(xs, c), "col2im_raw (col)");
+  const i64 cols = nn::conv_col_size(xs, c);
+  mgpu::check_owned(d, col, sizeof(float) * cols, "col2im_raw (col)");
   mgpu::check_owned(d, dx, sizeof(float) * a.count, "col2im_raw (dx)");
-  mgpu::activate(d);
-  col2im_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a);
-  MGPU_CHECK_CUDA(cudaGetLastError());
-}
+  const double bytes = sizeof(float) * (double(cols) + a.count);  // col read once, dx written once
+#if MGPU_CUDA
+  launch_timed(d, "Col2imKernel", bytes, [&] { col2im_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a); });
+#else
+  mgpu::for_each_index(d, a.count, Col2imKernel{a}, bytes);
 #endif
+}
 
 // ---- (c) BatchNorm's per-channel sums
 
@@ -113,24 +156,33 @@ SumsArgs sums_args(const float* z, int channels, i64 n, int blocks, double* part
   return {z, partials, sums, channels, static_cast<int>(n), blocks, n % 4 == 0 && aligned16(z)};
 }
 
-#if MGPU_CUDA
 namespace {
-// Grid (blocks, channels): block (blockIdx.x, c) writes partials[c][blockIdx.x], the sum of its
-// kThreads threads' thread_sum. The block's reduction: each warp adds its 32 values with
-// shuffles (register to register, no memory), halving the distance each time; lane 0 of each
-// warp puts its warp's sum in shared memory; warp 0 adds those 8 the same way.
-__global__ void channel_partials_kernel(SumsArgs a) {
-  const int c = blockIdx.y, block = blockIdx.x, thread = threadIdx.x;
-  double sum = thread_sum(a, c, block, thread);
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+#if MGPU_CUDA
+// The sum of v over the block's kThreads threads, returned to thread 0 (the others get part of
+// it). Each warp adds its 32 values with shuffles (register to register, no memory), halving the
+// distance each time; lane 0 of each warp puts its warp's sum in shared memory; warp 0 adds those
+// 8 the same way. The barrier first lets a block call it twice in a row: no warp writes the
+// shared array while warp 0 may still read the previous call's.
+__device__ double block_sum(double v) {
   __shared__ double warp_sums[kThreads / 32];
-  if (thread % 32 == 0) warp_sums[thread / 32] = sum;
+  const int thread = threadIdx.x;
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  __syncthreads();
+  if (thread % 32 == 0) warp_sums[thread / 32] = v;
   __syncthreads();
   if (thread < 32) {
-    sum = thread < kThreads / 32 ? warp_sums[thread] : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-    if (thread == 0) a.partials[c * a.blocks + block] = sum;
+    v = thread < kThreads / 32 ? warp_sums[thread] : 0.0;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
   }
+  return v;
+}
+
+// Grid (blocks, channels): block (blockIdx.x, c) writes partials[c][blockIdx.x], the sum of its
+// kThreads threads' thread_sum.
+__global__ void channel_partials_kernel(SumsArgs a) {
+  const int c = blockIdx.y, block = blockIdx.x;
+  const double sum = block_sum(thread_sum(a, c, block, threadIdx.x));
+  if (threadIdx.x == 0) a.partials[c * a.blocks + block] = sum;
 }
 
 // One thread per channel: the channel's partials added in block order.
@@ -138,12 +190,34 @@ __global__ void finish_channels_kernel(SumsArgs a) {
   const int c = global_index();
   if (c < a.channels) finish_channel(a, c);
 }
+#else
+// Item (c, block): the block's threads' sums added in thread order (a GPU adds them as a tree;
+// the sum is the same within rounding).
+struct ChannelPartialsKernel {
+  SumsArgs a;
+  void operator()(i64 item) const {
+    const int c = static_cast<int>(item / a.blocks), block = static_cast<int>(item % a.blocks);
+    double sum = 0;
+    for (int thread = 0; thread < kThreads; ++thread) sum += thread_sum(a, c, block, thread);
+    a.partials[item] = sum;  // = partials[c][block]
+  }
+};
+struct FinishChannelsKernel {
+  SumsArgs a;
+  void operator()(i64 c) const { finish_channel(a, static_cast<int>(c)); }
+};
+#endif
 }  // namespace
 
 int multiprocessors(const Device& d) {
+#if MGPU_CUDA
   int sms = 0;
   MGPU_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d.gpu));
   return sms;
+#else
+  (void)d;
+  return 1;  // a CPU device: the plan then gives a channel as few blocks as it may
+#endif
 }
 
 void batch_norm_sums_raw(const Device& d, const float* z, int channels, i64 n, double* partials, float* sums) {
@@ -154,13 +228,103 @@ void batch_norm_sums_raw(const Device& d, const float* z, int channels, i64 n, d
   mgpu::check_owned(d, partials, sizeof(double) * channels * kMaxSumBlocks, "batch_norm_sums_raw (partials)");
   mgpu::check_owned(d, sums, sizeof(float) * channels, "batch_norm_sums_raw (sums)");
   if (channels > 65535) throw mgpu::Error("batch_norm_sums_raw: more than 65,535 channels (the grid's y)");
-  mgpu::activate(d);
-  channel_partials_kernel<<<dim3(blocks, channels), kThreads, 0, d.stream>>>(a);
-  MGPU_CHECK_CUDA(cudaGetLastError());
-  finish_channels_kernel<<<blocks_for(channels), kThreads, 0, d.stream>>>(a);
-  MGPU_CHECK_CUDA(cudaGetLastError());
-}
+  const double bytes = sizeof(float) * double(channels) * n;
+#if MGPU_CUDA
+  launch_timed(d, "ChannelPartialsKernel", bytes,
+               [&] { channel_partials_kernel<<<dim3(blocks, channels), kThreads, 0, d.stream>>>(a); });
+  launch_timed(d, "FinishChannelsKernel", 0,
+               [&] { finish_channels_kernel<<<blocks_for(channels), kThreads, 0, d.stream>>>(a); });
+#else
+  mgpu::for_each_index(d, i64(channels) * blocks, ChannelPartialsKernel{a}, bytes);
+  mgpu::for_each_index(d, channels, FinishChannelsKernel{a});
 #endif
+}
+
+// ---- (c') BatchNorm's two other sums
+
+namespace {
+#if MGPU_CUDA
+// As channel_partials_kernel, two sums: partials[0][c][block] and partials[1][c][block].
+template <class Term>
+__global__ void channel_term_partials_kernel(TermSumsArgs<Term> a) {
+  const int c = blockIdx.y, block = blockIdx.x;
+  const SumPair mine = thread_term_sums(a, c, block, threadIdx.x);
+  const double first = block_sum(mine.first), second = block_sum(mine.second);
+  if (threadIdx.x == 0) {
+    a.partials[c * a.blocks + block] = first;
+    a.partials[(a.channels + c) * a.blocks + block] = second;
+  }
+}
+template <class Term>
+__global__ void finish_term_channels_kernel(TermSumsArgs<Term> a) {
+  const int c = global_index();
+  if (c < a.channels) finish_term_channel(a, c);
+}
+#else
+template <class Term>
+struct ChannelTermPartialsKernel {  // item (c, block), its threads in order
+  TermSumsArgs<Term> a;
+  void operator()(i64 item) const {
+    const int c = static_cast<int>(item / a.blocks), block = static_cast<int>(item % a.blocks);
+    SumPair sum;
+    for (int thread = 0; thread < kThreads; ++thread) {
+      const SumPair v = thread_term_sums(a, c, block, thread);
+      sum.first += v.first;
+      sum.second += v.second;
+    }
+    a.partials[item] = sum.first;
+    a.partials[i64(a.channels) * a.blocks + item] = sum.second;
+  }
+};
+template <class Term>
+struct FinishTermChannelsKernel {
+  TermSumsArgs<Term> a;
+  void operator()(i64 c) const { finish_term_channel(a, static_cast<int>(c)); }
+};
+#endif
+
+// The launch both two-sum functions share: `name` for the profile, `values` floats read per value.
+template <class Term>
+void term_sums(const Device& d, const char* name, int values, Term term, int channels, i64 n, double* partials,
+               float* first, float* second, float* dgamma, float* dbeta) {
+  if (channels <= 0 || n <= 0) return;
+  index_count(i64(channels) * n, name);
+  if (channels > 65535) throw mgpu::Error(std::string(name) + ": more than 65,535 channels (the grid's y)");
+  const int blocks = sums_blocks_per_channel(channels, n, multiprocessors(d));
+  mgpu::check_owned(d, partials, sizeof(double) * 2 * channels * kMaxSumBlocks, name);
+  const TermSumsArgs<Term> a{term, partials, first, second, dgamma, dbeta, channels, static_cast<int>(n), blocks};
+  const double bytes = sizeof(float) * double(values) * channels * n;
+#if MGPU_CUDA
+  launch_timed(d, name, bytes,
+               [&] { channel_term_partials_kernel<<<dim3(blocks, channels), kThreads, 0, d.stream>>>(a); });
+  launch_timed(d, "FinishTermChannelsKernel", 0,
+               [&] { finish_term_channels_kernel<<<blocks_for(channels), kThreads, 0, d.stream>>>(a); });
+#else
+  (void)name;
+  mgpu::for_each_index(d, i64(channels) * blocks, ChannelTermPartialsKernel<Term>{a}, bytes);
+  mgpu::for_each_index(d, channels, FinishTermChannelsKernel<Term>{a});
+#endif
+}
+}  // namespace
+
+void batch_norm_square_sums_raw(const Device& d, const float* z, int channels, i64 n, double count, double* partials,
+                                float* sums) {
+  if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums_raw: no values to normalize over");
+  mgpu::check_owned(d, z, sizeof(float) * channels * n, "batch_norm_square_sums_raw (z)");
+  mgpu::check_owned(d, sums, sizeof(float) * 2 * channels, "batch_norm_square_sums_raw (sums)");
+  term_sums(d, "CenteredSquarePartialsKernel", 1, CenteredSquareTerm{z, sums, count}, channels, n, partials,
+            sums + channels, nullptr, nullptr, nullptr);
+}
+
+void batch_norm_backward_sums_raw(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                                  const float* stats, double* partials, float* sums, float* dgamma, float* dbeta) {
+  const std::size_t size = sizeof(float) * channels * n;
+  mgpu::check_owned(d, dy, size, "batch_norm_backward_sums_raw (dy)");
+  mgpu::check_owned(d, z, size, "batch_norm_backward_sums_raw (z)");
+  mgpu::check_owned(d, sums, sizeof(float) * 2 * channels, "batch_norm_backward_sums_raw (sums)");
+  term_sums(d, "GradXhatPartialsKernel", 2, GradXhatTerm{dy, z, stats, channels}, channels, n, partials, sums,
+            sums + channels, dgamma, dbeta);
+}
 
 // ---- (d) BatchNorm's apply, fused
 
@@ -171,8 +335,8 @@ ApplyArgs apply_args(const float* z, int channels, i64 n, const float* stats, co
   return {z, stats, gamma, beta, residual, y, channels, static_cast<int>(n), relu, vec4, vec4 ? values / 4 : values};
 }
 
-#if MGPU_CUDA
 namespace {
+#if MGPU_CUDA
 __global__ void apply_kernel(ApplyArgs a) {
   const int idx = global_index();
   if (idx < a.count) apply_element(a, idx);
@@ -181,23 +345,39 @@ __global__ void apply_vec4_kernel(ApplyArgs a) {
   const int q = global_index();
   if (q < a.count) apply_vec4(a, q);
 }
+#else
+struct ApplyKernel {
+  ApplyArgs a;
+  void operator()(i64 idx) const { apply_element(a, static_cast<int>(idx)); }
+};
+struct ApplyVec4Kernel {
+  ApplyArgs a;
+  void operator()(i64 q) const { apply_vec4(a, static_cast<int>(q)); }
+};
+#endif
 }  // namespace
 
 void batch_norm_apply_raw(const Device& d, const float* z, int channels, i64 n, const float* stats, const float* gamma,
                           const float* beta, const float* residual, lenet::Activation act, float* y) {
   const ApplyArgs a = apply_args(z, channels, n, stats, gamma, beta, residual, act == lenet::Activation::Relu, y);
   if (a.count == 0) return;
-  const std::size_t bytes = sizeof(float) * channels * n;
-  mgpu::check_owned(d, z, bytes, "batch_norm_apply_raw (z)");
-  mgpu::check_owned(d, y, bytes, "batch_norm_apply_raw (y)");
-  if (residual) mgpu::check_owned(d, residual, bytes, "batch_norm_apply_raw (residual)");
-  mgpu::activate(d);
+  const std::size_t size = sizeof(float) * channels * n;
+  mgpu::check_owned(d, z, size, "batch_norm_apply_raw (z)");
+  mgpu::check_owned(d, y, size, "batch_norm_apply_raw (y)");
+  if (residual) mgpu::check_owned(d, residual, size, "batch_norm_apply_raw (residual)");
+  const double bytes = double(size) * (residual ? 3 : 2);
+#if MGPU_CUDA
   if (a.vec4)
-    apply_vec4_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a);
+    launch_timed(d, "ApplyVec4Kernel", bytes,
+                 [&] { apply_vec4_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a); });
   else
-    apply_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a);
-  MGPU_CHECK_CUDA(cudaGetLastError());
-}
+    launch_timed(d, "ApplyKernel", bytes, [&] { apply_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a); });
+#else
+  if (a.vec4)
+    mgpu::for_each_index(d, a.count, ApplyVec4Kernel{a}, bytes);
+  else
+    mgpu::for_each_index(d, a.count, ApplyKernel{a}, bytes);
 #endif
+}
 
 }  // namespace fast

@@ -4,7 +4,8 @@
 //   (b) col2im                          nn::col2im, one thread per pixel of dx (a gather)
 //   (c) BatchNorm's per-channel sums    nn::batch_norm_sums, many blocks per channel, a block
 //                                       reduction, then a small kernel that adds the blocks'
-//                                       partial sums in a fixed order
+//                                       partial sums in a fixed order; (c') the same plan for
+//                                       the square sums and the backward's two sums
 //   (d) BatchNorm's fused apply         nn::batch_norm_apply, four values per thread (float4)
 //                                       where the row length allows
 // Each must give what chapter 09's version gives: the same bits for (a), (b) and (d), whose
@@ -17,8 +18,8 @@
 // 09's result, which checks the index arithmetic on any machine, under the sanitizers too. What
 // only a GPU runs (the `__global__` function that computes idx from blockIdx and threadIdx, and
 // the launcher that picks the grid) sits in kernels.cu, one `#if MGPU_CUDA` block per kernel
-// right after the host function that fills its arguments. The launchers exist in the cuda build
-// only.
+// right after the host function that fills its arguments. In the cpu build the launchers run
+// the same element functions on the CPU, so everything that calls them runs everywhere.
 //
 // Layouts are chapter 09's (layers.h): activations [C][B][H][W], so one channel of the batch is
 // one contiguous row of n = B*H*W values; col [Cin*k*k][B*Ho*Wo].
@@ -70,6 +71,37 @@ MGPU_HD inline void store4(float* p, Vec4 v) {
 // Whether p may be read as Vec4s (16-byte aligned; cudaMalloc gives 256).
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
+// A division by a number that is fixed for a whole launch (a side, the batch, the kernel size),
+// in three instructions instead of about twenty. A GPU has no integer divide instruction: n / d
+// compiles to a short routine, and the first version of im2col below, with five of them per
+// element, ran at 18% of an H200's copy rate, bound by that arithmetic rather than by memory.
+// The host precomputes a multiplier m and a shift s for d; then, for every 0 <= n < 2^31,
+//     n / d == (mulhi(n, m) + n) >> s,   mulhi = the high 32 bits of the 64-bit product n * m
+// (Granlund and Montgomery, "Division by invariant integers using multiplication", 1994; s is
+// the smallest with 2^s >= d, and m + 2^32 = floor(2^(32+s) / d) + 1 rounds 1/d up just enough).
+// test_fast_kernels checks it against `/` for every divisor a ResNet uses, and many others.
+struct Divisor {
+  int d = 1;
+  unsigned m = 1;
+  int s = 0;
+  Divisor() = default;
+  explicit Divisor(int divisor);  // 1 <= divisor < 2^31, else mgpu::Error
+  MGPU_HD int div(int n) const {  // n / d, for 0 <= n < 2^31
+#ifdef __CUDA_ARCH__
+    const unsigned hi = __umulhi(static_cast<unsigned>(n), m);
+#else
+    const unsigned hi = static_cast<unsigned>((std::uint64_t(static_cast<unsigned>(n)) * m) >> 32);
+#endif
+    return static_cast<int>((hi + static_cast<unsigned>(n)) >> s);
+  }
+  // Returns n / d and sets rem = n % d: a flat index unpacked one dimension at a time.
+  MGPU_HD int divmod(int n, int& rem) const {
+    const int q = div(n);
+    rem = n - q * d;
+    return q;
+  }
+};
+
 // ---- (a) im2col: col[r][b][oy][ox] = x[c][b][oy*s + ky - p][ox*s + kx - p], 0 in the padding,
 // with r = (c*k + ky)*k + kx (layers.h).
 struct Im2colArgs {
@@ -77,24 +109,20 @@ struct Im2colArgs {
   float* col;      // [Cin*k*k][B][Ho][Wo]
   int B, H, W, k, s, p, Ho, Wo;
   int count;  // col's elements: one thread each
+  Divisor by_Wo, by_Ho, by_B, by_k;  // Wo, Ho, B and k as Divisors: the index's unpacking
 };
 Im2colArgs im2col_args(const float* x, ImageShape xs, ConvShape c, float* col);
 
 // Thread idx writes col's element idx: neighbouring threads write neighbouring addresses (one
 // warp, 32 floats in a row: a coalesced store), and read neighbouring pixels of one input row
-// (s apart). The index is unpacked from the innermost dimension out, one 32-bit division each.
+// (s apart). The index is unpacked from the innermost dimension out, one Divisor each.
 MGPU_HD inline void im2col_element(const Im2colArgs& a, int idx) {
-  int t = idx;
-  const int ox = t % a.Wo;
-  t /= a.Wo;
-  const int oy = t % a.Ho;
-  t /= a.Ho;
-  const int b = t % a.B;
-  t /= a.B;  // t = r = (c*k + ky)*k + kx
-  const int kx = t % a.k;
-  t /= a.k;
-  const int ky = t % a.k;
-  const int c = t / a.k;
+  int ox, oy, b, kx, ky;
+  int t = a.by_Wo.divmod(idx, ox);
+  t = a.by_Ho.divmod(t, oy);
+  t = a.by_B.divmod(t, b);  // t = r = (c*k + ky)*k + kx
+  t = a.by_k.divmod(t, kx);
+  const int c = a.by_k.divmod(t, ky);
   const int y = oy * a.s + ky - a.p, x = ox * a.s + kx - a.p;  // the input pixel, maybe in the padding
   const bool inside = y >= 0 && y < a.H && x >= 0 && x < a.W;
   a.col[idx] = inside ? a.x[((c * a.B + b) * a.H + y) * a.W + x] : 0.0f;
@@ -106,6 +134,7 @@ struct Col2imArgs {
   float* dx;         // [Cin][B][H][W]
   int B, H, W, k, s, p, Ho, Wo;
   int count;  // dx's elements: one thread each
+  Divisor by_W, by_H, by_B, by_s;  // W, H, B and the stride as Divisors
 };
 Col2imArgs col2im_args(const float* col, ImageShape xs, ConvShape c, float* dx);
 
@@ -114,21 +143,21 @@ Col2imArgs col2im_args(const float* col, ImageShape xs, ConvShape c, float* dx);
 // likewise kx. The terms are added in the order (ky, kx) ascending, from 0.0f, as nn::col2im
 // adds them: the same bits.
 MGPU_HD inline void col2im_element(const Col2imArgs& a, int idx) {
-  int t = idx;
-  const int x = t % a.W;
-  t /= a.W;
-  const int y = t % a.H;
-  t /= a.H;
-  const int b = t % a.B;
-  const int c = t / a.B;
+  int x, y, b;
+  int t = a.by_W.divmod(idx, x);
+  t = a.by_H.divmod(t, y);
+  const int c = a.by_B.divmod(t, b);
   float sum = 0.0f;
-  for (int ky = (y + a.p) % a.s; ky < a.k && ky <= y + a.p; ky += a.s) {
-    const int oy = (y + a.p - ky) / a.s;  // exact: y + p - ky is a multiple of s
-    if (oy >= a.Ho) continue;             // a window below the last output row
+  int ky0, kx0;  // the first window row (column) that can have seen this pixel: (y + p) % s
+  a.by_s.divmod(y + a.p, ky0);
+  a.by_s.divmod(x + a.p, kx0);
+  for (int ky = ky0; ky < a.k && ky <= y + a.p; ky += a.s) {
+    const int oy = a.by_s.div(y + a.p - ky);  // exact: y + p - ky is a multiple of s
+    if (oy >= a.Ho) continue;                 // a window below the last output row
     // = &col[(c*k + ky)*k + 0][b][oy][0]; window column kx adds k*B*Ho*Wo rows further on
     const float* row = a.col + (((c * a.k + ky) * a.k * a.B + b) * a.Ho + oy) * a.Wo;
-    for (int kx = (x + a.p) % a.s; kx < a.k && kx <= x + a.p; kx += a.s) {
-      const int ox = (x + a.p - kx) / a.s;
+    for (int kx = kx0; kx < a.k && kx <= x + a.p; kx += a.s) {
+      const int ox = a.by_s.div(x + a.p - kx);
       if (ox >= a.Wo) continue;
       sum += row[kx * a.B * a.Ho * a.Wo + ox];
     }
@@ -189,6 +218,84 @@ MGPU_HD inline void finish_channel(const SumsArgs& a, int c) {
   a.sums[c] = float(sum);
 }
 
+// ---- (c') BatchNorm's two other sums, in the same plan: two sums at once, of a term per value.
+//   square sums (forward pass 2):  sums[1][c] = sum (z - mean)^2, mean = sums[0][c] / count
+//                                  (nn::batch_norm_square_sums)
+//   backward sums:                 (sum dy, sum dy * xhat), xhat = (z - mean) inv_std; dbeta +=
+//                                  the first, dgamma += the second (nn::batch_norm_backward_sums)
+// A term type says what one value contributes; its channel(c, n) computes the channel's
+// constants once per thread (mean = sums / count is a double division: once, not per value).
+struct SumPair {
+  double first = 0, second = 0;
+};
+struct CenteredSquareTerm {
+  const float* z;     // [C][n]
+  const float* sums;  // [0][C]: sum z (this call writes [1][C])
+  double count;
+  struct Channel {
+    const float* z;  // the channel's row
+    double mean;
+    MGPU_HD SumPair operator()(int j) const {
+      const double centered = z[j] - mean;  // as nn::batch_norm_square_sums: in double
+      return {centered * centered, 0.0};
+    }
+  };
+  MGPU_HD Channel channel(int c, int n) const { return {z + c * n, sums[c] / count}; }
+};
+struct GradXhatTerm {
+  const float* dy;     // [C][n]
+  const float* z;      // [C][n]
+  const float* stats;  // [2][C]: mean, inv_std
+  int channels;
+  struct Channel {
+    const float* dy;
+    const float* z;
+    float mean, inv_std;
+    MGPU_HD SumPair operator()(int j) const {
+      const float xhat = (z[j] - mean) * inv_std;  // as nn::batch_norm_backward_sums: in float
+      return {dy[j], double(dy[j]) * xhat};
+    }
+  };
+  MGPU_HD Channel channel(int c, int n) const { return {dy + c * n, z + c * n, stats[c], stats[channels + c]}; }
+};
+
+template <class Term>
+struct TermSumsArgs {
+  Term term;
+  double* partials;  // [2][C][blocks]
+  float* first;      // [C]
+  float* second;     // [C], or null
+  float* dgamma;     // [C] += the second sum, or null
+  float* dbeta;      // [C] += the first sum, or null
+  int channels, n;
+  int blocks;  // per channel
+};
+// What thread `thread` of block `block` of channel c adds up: the reads of thread_sum's scalar path.
+template <class Term>
+MGPU_HD SumPair thread_term_sums(const TermSumsArgs<Term>& a, int c, int block, int thread) {
+  const typename Term::Channel channel = a.term.channel(c, a.n);
+  SumPair sum;
+  for (int j = block * kThreads + thread; j < a.n; j += a.blocks * kThreads) {
+    const SumPair v = channel(j);
+    sum.first += v.first;
+    sum.second += v.second;
+  }
+  return sum;
+}
+// Channel c's two sums from its blocks' partials, in block order, written where they go.
+template <class Term>
+MGPU_HD void finish_term_channel(const TermSumsArgs<Term>& a, int c) {
+  double first = 0, second = 0;
+  for (int block = 0; block < a.blocks; ++block) {
+    first += a.partials[c * a.blocks + block];
+    second += a.partials[(a.channels + c) * a.blocks + block];
+  }
+  a.first[c] = float(first);
+  if (a.second) a.second[c] = float(second);
+  if (a.dbeta) a.dbeta[c] += float(first);
+  if (a.dgamma) a.dgamma[c] += float(second);
+}
+
 // ---- (d) BatchNorm's apply, fused: y = act(gamma (z - mean) inv_std + beta + residual)
 // (nn::batch_norm_apply), per channel c of z [C][n], (mean, inv_std) from stats [2][C].
 struct ApplyArgs {
@@ -229,19 +336,25 @@ MGPU_HD inline void apply_vec4(const ApplyArgs& a, int q) {
                    apply_value(a, z.z, mean, scale, shift, r.z), apply_value(a, z.w, mean, scale, shift, r.w)});
 }
 
-#if MGPU_CUDA
-// ---- The launchers (cuda build): each queues its kernel(s) on d's stream and returns at once,
-// taking the arguments of the chapter 09 function it replaces.
+// ---- The launchers: each queues its kernel(s) on d's stream and returns at once, taking the
+// arguments of the chapter 09 function it replaces. cuda build: the `__global__` kernels of
+// kernels.cu. cpu build: the same element functions, called for every index by
+// mgpu::for_each_index on the device's cores (correct, not fast: a CPU wants chapter 09's rows).
 void im2col_raw(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col);
 void col2im_raw(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx);
-// partials: scratch of at least channels * kMaxSumBlocks doubles on d.
+// partials: scratch of at least channels * kMaxSumBlocks doubles on d (the two-sum kernels: twice that).
 void batch_norm_sums_raw(const Device& d, const float* z, int channels, std::int64_t n, double* partials,
                          float* sums);
+// sums [2][C]: reads sums[0] (sum z), writes sums[1] = sum (z - sums[0]/count)^2.
+void batch_norm_square_sums_raw(const Device& d, const float* z, int channels, std::int64_t n, double count,
+                                double* partials, float* sums);
+// sums [2][C] = (sum dy, sum dy * xhat); dbeta += sums[0], dgamma += sums[1].
+void batch_norm_backward_sums_raw(const Device& d, const float* dy, const float* z, int channels, std::int64_t n,
+                                  const float* stats, double* partials, float* sums, float* dgamma, float* dbeta);
 void batch_norm_apply_raw(const Device& d, const float* z, int channels, std::int64_t n, const float* stats,
                           const float* gamma, const float* beta, const float* residual, lenet::Activation act,
                           float* y);
-// d's GPU's multiprocessors (cudaDevAttrMultiProcessorCount).
+// d's GPU's multiprocessors (cudaDevAttrMultiProcessorCount); 1 in the cpu build.
 int multiprocessors(const Device& d);
-#endif
 
 }  // namespace fast

@@ -1,5 +1,6 @@
-// Chapter 10's benchmark, 10_fast_kernels: chapter 09's im2col, col2im, BatchNorm sums and
-// BatchNorm apply (the references) against this chapter's raw CUDA kernels (kernels.h), at
+// Chapter 10's benchmark, 10_fast_kernels: chapter 09's im2col, col2im, BatchNorm sums (the
+// forward's sum of z and the backward's two) and BatchNorm apply (the references) against this
+// chapter's raw CUDA kernels (kernels.h), at
 // ResNet-18's shapes, with each kernel's bytes per second set against the device's copy rate.
 //   build-cuda/bin/10_fast_kernels              every kernel and shape at batch 256, on GPU 0
 //   build/bin/10_fast_kernels -b 32 -n 5        the cpu build: the references only
@@ -37,7 +38,7 @@ using mgpu::DeviceSet;
 using i64 = std::int64_t;
 
 const char* const kProgram = "10_fast_kernels";
-const std::vector<std::string> kKernels = {"im2col", "col2im", "sums", "apply"};
+const std::vector<std::string> kKernels = {"im2col", "col2im", "sums", "backward", "apply"};
 
 // ---- The command line
 struct Settings {
@@ -53,7 +54,7 @@ std::string check_kernel_list(const std::string& v, std::vector<std::string>* in
   std::stringstream in(v + ",");
   for (std::string word; std::getline(in, word, ',');) {
     if (std::find(kKernels.begin(), kKernels.end(), word) == kKernels.end())
-      return "needs a comma-separated list of im2col, col2im, sums, apply; got '" + v + "'";
+      return "needs a comma-separated list of im2col, col2im, sums, backward, apply; got '" + v + "'";
     if (std::find(chosen.begin(), chosen.end(), word) == chosen.end()) chosen.push_back(word);
   }
   if (into) *into = chosen;
@@ -79,16 +80,17 @@ Settings parse_command_line(int argc, char** argv) {
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--kernels", [&s](const std::string& v) { check_kernel_list(v, &s.kernels); },
-         "which kernels, comma-separated: im2col, col2im, sums, apply")
+         "which kernels, comma-separated: im2col, col2im, sums, backward, apply")
       ->type_name("LIST")
       ->check([](const std::string& v) { return check_kernel_list(v, nullptr); })
-      ->default_str("im2col,col2im,sums,apply");
+      ->default_str("im2col,col2im,sums,backward,apply");
   app.add_option("--out", s.out, "where the CSV and the markdown table go")
       ->check(mgpu::text("a directory"))
       ->capture_default_str();
   app.footer(
       "Bytes moved, the model every GB/s here uses: each input read once and each output written once\n"
-      "(im2col: x and col; col2im: col and dx; sums: z and the C sums; apply: z, the residual and y).\n"
+      "(im2col: x and col; col2im: col and dx; sums: z and the C sums; backward: dy, z and the 2C sums;\n"
+      "apply: z, the residual and y).\n"
       "The copy rate: a device-to-device copy of 256 MiB (cuda) or a memcpy (cpu), 2 x 256 MiB moved.\n"
       "The cpu build times chapter 09's kernels only: the raw CUDA kernels need the cuda build on a GPU.");
   const mgpu::Parsed p = mgpu::parse(app, std::vector<std::string>(argv + 1, argv + argc));
@@ -210,7 +212,7 @@ double copy_rate_gbs(const Bench& b) {
 
 void print_row(const Bench& b, const Row& r) {
   const double gbs = r.bytes / (r.ms * 1e-3) / 1e9;
-  std::printf("%-7s %-24s %-9s %10.3f %10.1f %9.1f %7.1f%%  %-16s %lld\n", r.kernel.c_str(), r.shape.c_str(),
+  std::printf("%-8s %-24s %-9s %10.3f %10.1f %9.1f %7.1f%%  %-16s %lld\n", r.kernel.c_str(), r.shape.c_str(),
               r.variant.c_str(), r.ms, r.bytes / 1e6, gbs, 100 * gbs / b.copy_gbs, r.check.c_str(),
               static_cast<long long>(r.wrong));
 }
@@ -237,13 +239,8 @@ void measure(Bench& b, const std::string& kernel, const std::string& shape, doub
   add_row(b, {kernel, shape, "raw", time_ms(b, raw), bytes, check, bad});
 }
 
-// ---- The four kernels, at every shape
-// (The raw launchers exist in the cuda build only: RAW(...) is their call there, nothing here.)
-#if MGPU_CUDA
-#define RAW(call) call
-#else
-#define RAW(call)
-#endif
+// ---- The kernels, at every shape. (The cpu build times the references only: its raw launchers
+// run the per-thread code on the CPU, which checks it there but says nothing about its speed.)
 
 void bench_im2col(Bench& b, const ConvCase& cc) {
   const Device& d = b.devices[0];
@@ -254,7 +251,7 @@ void bench_im2col(Bench& b, const ConvCase& cc) {
   measure(
       b, "im2col", conv_label(cc), 4.0 * (xs.size() + cols),
       [&] { nn::im2col(d, x.data(), xs, cc.conv, col_ref.data()); },
-      [&] { RAW(fast::im2col_raw(d, x.data(), xs, cc.conv, col_raw.data())); }, col_raw.data(), cols,
+      [&] { fast::im2col_raw(d, x.data(), xs, cc.conv, col_raw.data()); }, col_raw.data(), cols,
       [&] { return bitwise_differences(col_raw.download(), col_ref.download()); }, "bitwise");
 }
 
@@ -267,7 +264,7 @@ void bench_col2im(Bench& b, const ConvCase& cc) {
   measure(
       b, "col2im", conv_label(cc), 4.0 * (cols + xs.size()),
       [&] { nn::col2im(d, col.data(), xs, cc.conv, dx_ref.data()); },
-      [&] { RAW(fast::col2im_raw(d, col.data(), xs, cc.conv, dx_raw.data())); }, dx_raw.data(), xs.size(),
+      [&] { fast::col2im_raw(d, col.data(), xs, cc.conv, dx_raw.data()); }, dx_raw.data(), xs.size(),
       [&] { return bitwise_differences(dx_raw.download(), dx_ref.download()); }, "bitwise");
 }
 
@@ -293,9 +290,53 @@ void bench_sums(Bench& b, const BatchNormCase& bc) {
   measure(
       b, "sums", bn_label(bc), 4.0 * (C * n + C),
       [&] { nn::batch_norm_sums(d, z.data(), C, n, scratch, sums_ref.data()); },
-      [&] { RAW(fast::batch_norm_sums_raw(d, z.data(), C, n, partials.data(), sums_raw.data())); },
+      [&] { fast::batch_norm_sums_raw(d, z.data(), C, n, partials.data(), sums_raw.data()); },
       sums_raw.data(), C, wrong,
       "1e-6 of sum |z|");
+}
+
+// BatchNorm's backward sums (sum dy, sum dy * xhat per channel, added into dbeta and dgamma): the
+// two-sum kernel of kernels.h (c'), which the forward's square sums share.
+void bench_backward_sums(Bench& b, const BatchNormCase& bc) {
+  const Device& d = b.devices[0];
+  const int C = bc.channels;
+  const i64 n = i64(b.settings.batch) * bc.side * bc.side;
+  const std::vector<float> dy_host = random_floats(std::size_t(C) * n, 9), z_host = random_floats(std::size_t(C) * n, 10);
+  const Buffer<float> dy = upload(d, dy_host), z = upload(d, z_host);  // [C][n] each
+  std::vector<float> stats_host = random_floats(2 * C, 11);            // [2][C]: mean, inv_std
+  for (int c = 0; c < C; ++c) stats_host[C + c] = 0.5f + std::abs(stats_host[C + c]);
+  const Buffer<float> stats = upload(d, stats_host);
+  Buffer<float> sums_ref(d, 2 * C), sums_raw(d, 2 * C);  // [2][C]
+  // dgamma and dbeta grow with every timed call; the check compares the sums alone.
+  Buffer<float> dgamma(d, C), dbeta(d, C);
+  nn::ReductionScratch scratch(d, C);
+  Buffer<double> partials(d, std::size_t(2) * C * fast::kMaxSumBlocks);  // [2][C][blocks]
+  const auto wrong = [&] {  // |raw - reference| <= 1e-6 * (sum |dy|, sum |dy xhat|) of the channel
+    const std::vector<float> got = sums_raw.download(), want = sums_ref.download();
+    i64 bad = 0;
+    for (int c = 0; c < C; ++c) {
+      double scale_dy = 0, scale_dy_xhat = 0;
+      for (i64 j = 0; j < n; ++j) {
+        const float xhat = (z_host[c * n + j] - stats_host[c]) * stats_host[C + c];
+        scale_dy += std::abs(dy_host[c * n + j]);
+        scale_dy_xhat += std::abs(double(dy_host[c * n + j]) * xhat);
+      }
+      bad += !(std::abs(double(got[c]) - want[c]) <= 1e-6 * scale_dy);
+      bad += !(std::abs(double(got[C + c]) - want[C + c]) <= 1e-6 * scale_dy_xhat);
+    }
+    return bad;
+  };
+  measure(
+      b, "backward", bn_label(bc), 4.0 * (2.0 * C * n + 6 * C),
+      [&] {
+        nn::batch_norm_backward_sums(d, dy.data(), z.data(), C, n, stats.data(), scratch, sums_ref.data(),
+                                     dgamma.data(), dbeta.data());
+      },
+      [&] {
+        fast::batch_norm_backward_sums_raw(d, dy.data(), z.data(), C, n, stats.data(), partials.data(),
+                                               sums_raw.data(), dgamma.data(), dbeta.data());
+      },
+      sums_raw.data(), 2 * C, wrong, "1e-6 of sum |term|");
 }
 
 void bench_apply(Bench& b, const BatchNormCase& bc) {
@@ -317,8 +358,8 @@ void bench_apply(Bench& b, const BatchNormCase& bc) {
                              lenet::Activation::Relu, y_ref.data());
       },
       [&] {
-        RAW(fast::batch_norm_apply_raw(d, z.data(), C, n, stats.data(), gamma.data(), beta.data(), residual.data(),
-                                       lenet::Activation::Relu, y_raw.data()));
+        fast::batch_norm_apply_raw(d, z.data(), C, n, stats.data(), gamma.data(), beta.data(), residual.data(),
+                                       lenet::Activation::Relu, y_raw.data());
       },
       y_raw.data(), C * n, [&] { return bitwise_differences(y_raw.download(), y_ref.download()); }, "bitwise");
 }
@@ -379,7 +420,7 @@ int main(int argc, char** argv) {
     if (!mgpu::kCudaBackend)
       std::printf("the raw CUDA kernels need the cuda build on a GPU: this cpu build times chapter 09's kernels only\n");
     std::printf("\nbatch %d; bytes moved: each input read once, each output written once; %% of copy: GB/s against "
-                "the copy rate above\n%-7s %-24s %-9s %10s %10s %9s %8s  %-16s %s\n",
+                "the copy rate above\n%-8s %-24s %-9s %10s %10s %9s %8s  %-16s %s\n",
                 settings.batch, "kernel", "shape", "variant", "ms", "MB moved", "GB/s", "% copy", "check", "wrong");
     for (const ConvCase& cc : resnet18_convolutions())
       if (wanted(settings, "im2col")) bench_im2col(b, cc);
@@ -387,6 +428,8 @@ int main(int argc, char** argv) {
       if (wanted(settings, "col2im") && cc.channels > 1) bench_col2im(b, cc);  // the stem has no dx (its input is the image)
     for (const BatchNormCase& bc : kBatchNorms)
       if (wanted(settings, "sums")) bench_sums(b, bc);
+    for (const BatchNormCase& bc : kBatchNorms)
+      if (wanted(settings, "backward")) bench_backward_sums(b, bc);
     for (const BatchNormCase& bc : kBatchNorms)
       if (wanted(settings, "apply")) bench_apply(b, bc);
 
