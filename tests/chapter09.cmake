@@ -27,6 +27,7 @@ expect_exit(09_resnet bn_bad        2 stderr "--bn: global not in \\{device,sync
 expect_exit(09_resnet allreduce_bad 2 stderr "--allreduce: tree not in \\{ring,naive,nccl\\}" --allreduce tree)
 expect_exit(09_resnet precision_bad 2 stderr "--precision: fp16 not in \\{fp32,tf32,bf16\\}" --precision fp16)
 expect_exit(09_resnet profile_bad   2 stderr "--profile: 1 not in \\{on,off\\}" --profile 1)
+expect_exit(09_resnet kernels_bad   2 stderr "--kernels: fast not in \\{reference,raw\\}" --kernels fast)
 expect_exit(09_resnet dump_empty    2 stderr "--dump-step needs a value" --dump-step=)
 expect_exit(09_resnet batch_small   2 stderr "--batch-size 1 is smaller than --devices 2" --batch-size 1 --devices 2)
 if(NOT MGPU_HAVE_NCCL)
@@ -45,6 +46,9 @@ expect_exit(09_resnet run_k2_sync   0 stdout "SyncBN.*naive.*result: chapter=09_
             ${resnet_short} --devices 2 --bn sync --allreduce naive --batch-size 64)
 expect_exit(09_resnet profile       0 stdout "device 0's kernels.*Im2col.*without the profile's timers"
             ${resnet_short} --profile on --epochs 1 --limit-train 64)
+# --kernels raw: chapter 10's kernels do the layout and BatchNorm work (on a CPU, their per-thread code).
+expect_exit(09_resnet run_raw       0 stdout "kernels: raw.*Im2colKernel.*without the profile's timers.*result: chapter=09_resnet"
+            ${resnet_short} --kernels raw --profile on --epochs 1 --limit-train 64)
 expect_exit(09_resnet dump          0 stdout "wrote one training step of 8 images on 2 device"
             --width 2 --limit-train 64 --batch-size 8 --devices 2 --bn sync
             --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump)

@@ -1,9 +1,10 @@
 # --- Chapter 10: raw CUDA kernels against chapter 09's (included by tests/CMakeLists.txt).
 # On every build: each kernel's per-thread function, called for every index on the host, against
 # chapter 09's kernel on a device (the index arithmetic, also under the asan and gpu-mapping
-# presets). The cases that launch the raw kernels on a GPU ("raw kernels: *") are compiled in the
-# cuda build only and run as a test of their own, fast_kernels_on_gpu: skipped where no GPU
-# answers (and, in the cpu build, listed as skipped, saying why), never counted as passed.
+# presets), and the launchers ("raw kernels: *") against chapter 09's kernels: on the CPU in the
+# cpu build, on the GPU in the cuda build. The cuda build also runs the launchers' cases alone as
+# fast_kernels_on_gpu: skipped where no GPU answers (and, in the cpu build, listed as skipped,
+# saying why), never counted as passed.
 mgpu_test(test_fast_kernels DEVICE LIBS mgpu_resnet)
 if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
   add_test(NAME fast_kernels_on_gpu COMMAND test_fast_kernels "--test-case=raw kernels:*"

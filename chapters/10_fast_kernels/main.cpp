@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
       (r.variant == "raw" ? raw_ms : reference_ms) += r.ms;
       wrong += r.wrong;
     }
-    char raw_part[96] = "raw_ms=none";  // the cpu build has no raw kernels
+    char raw_part[96] = "raw_ms=none";  // the cpu build times no raw kernels
     if (mgpu::kCudaBackend) std::snprintf(raw_part, sizeof raw_part, "raw_ms=%.3f speedup=%.2f", raw_ms, reference_ms / raw_ms);
     std::printf("result: chapter=%s backend=%s batch=%d copy_gb_s=%.1f rows=%zu reference_ms=%.3f %s wrong=%lld\n",
                 kProgram, mgpu::kBackendName, settings.batch, b.copy_gbs, b.rows.size(), reference_ms, raw_part,

@@ -42,7 +42,7 @@ plot_percentages() {  # plot_percentages CSV PNG BACKEND
   can_draw "$2" || return 0
   local data=$runs/percentages.dat has_raw=0
   # Per kernel and shape, in the CSV's order: "label" reference% raw% (NaN where a variant did
-  # not run: the cpu build has no raw kernels). The CSV's shape is quoted and holds no comma.
+  # not run: the cpu build times the references only). The CSV's shape is quoted and holds no comma.
   # awk's status says whether any raw kernel ran: 0 yes, 3 no.
   if awk -F, 'NR > 1 {
         gsub(/"/, "", $2); key = $1 " " $2
@@ -72,7 +72,7 @@ set arrow from graph 0, first 100 to graph 1, first 100 nohead dt 2
 if (ARG4 eq "1") {
   plot ARG1 using 2:xtic(1) title "chapter 09's kernel (reference)", '' using 3 title 'raw CUDA kernel'
 } else {
-  plot ARG1 using 2:xtic(1) title "chapter 09's kernel (reference; the cpu build has no raw kernels)"
+  plot ARG1 using 2:xtic(1) title "chapter 09's kernel (reference; the cpu build times no raw kernels)"
 }
 PLOT
   echo "wrote $2"
