@@ -1,9 +1,13 @@
-// Chapter 04, on a GPU only (this suite is built where NCCL is, and skips where no GPU
-// answers): NCCL's allreduce against the ring, element by element, and a training step with
-// ncclSum and with ncclAvg against one with the ring. One rank per GPU: with one GPU the
+// Chapter 04: NCCL's allreduce against the ring, element by element, and a training step with
+// ncclSum and with ncclAvg against one with the ring.
+//
+// In the cuda build with NCCL (skipped where no GPU answers): one rank per GPU. With one GPU the
 // comparisons run with k = 1, which still exercises every NCCL call but sums one term, so it
-// cannot show a wrong sum; chapter 04's exercise is therefore graded only where two GPUs answer
+// cannot show a wrong sum; there chapter 04's exercise is graded only where two GPUs answer
 // (ex04.group_calls runs this suite with --needs-gpus=2, tests/device_main.cpp).
+// In the cpu build: the same code over the NCCL stand-in of tests/nccl_standin/nccl.h, one rank
+// per cpu device (8 of them), which refuses the calls that would deadlock a real NCCL; the last
+// case checks that it does.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,8 +24,6 @@
 namespace {
 
 using testing::random_floats;
-
-constexpr int kPixels = 28 * 28;
 
 TEST_CASE("ncclAllReduce (sum) on the flat bucket equals the ring, element by element") {
   const int k = nccl::usable_devices(8);
@@ -101,10 +103,40 @@ TEST_CASE("an error while the communicators live: they are aborted, the error co
   for (int i = 0; i < k; ++i) CHECK(data[i].download() == std::vector<float>(n, float(k)));
 }
 
+#if MGPU_CUDA
 TEST_CASE("NCCL refuses two ranks on one GPU, and says so before NCCL is called") {
   mgpu::DeviceSet devices(mgpu::gpu_count() + 1);  // round-robin: two devices share a GPU
   CHECK_THROWS_WITH_AS(nccl::NcclAllreduce(devices, nccl::Reduction::Sum), doctest::Contains("one GPU per rank"),
                        mgpu::Error);
 }
+#else
+TEST_CASE("the cpu build's NCCL stand-in refuses a call outside a group and a group missing a rank") {
+  // What a student's NcclAllreduce::run without the group, or with one call too few, meets here
+  // (on a real NCCL: a hang, or not, depending on the version).
+  mgpu::DeviceSet devices(2);
+  const std::size_t n = 100;
+  std::vector<mgpu::Buffer<float>> data;
+  for (int i = 0; i < 2; ++i) {
+    data.emplace_back(devices[i], n);
+    data.back().upload(std::vector<float>(n, float(i + 1)));
+  }
+  std::vector<ncclComm_t> comms(2, nullptr);
+  const int devlist[2] = {-1, -1};
+  MGPU_CHECK_NCCL(ncclCommInitAll(comms.data(), 2, devlist));
+  CHECK_THROWS_WITH_AS(mgpu::allreduce(comms[0], devices[0], data[0].data(), mgpu::Elements{n}, ncclSum),
+                       doctest::Contains("rank 0 of 2 outside ncclGroupStart/ncclGroupEnd"), mgpu::Error);
+  MGPU_CHECK_NCCL(ncclGroupStart());
+  mgpu::allreduce(comms[0], devices[0], data[0].data(), mgpu::Elements{n}, ncclSum);  // rank 1 never calls
+  CHECK_THROWS_WITH_AS(MGPU_CHECK_NCCL(ncclGroupEnd()), doctest::Contains("rank(s) 1 of 2 made no ncclAllReduce"),
+                       mgpu::Error);
+  // Nothing was summed by the refused calls; a whole group sums.
+  CHECK(data[0].download() == std::vector<float>(n, 1.0f));
+  MGPU_CHECK_NCCL(ncclGroupStart());
+  for (int i = 0; i < 2; ++i) mgpu::allreduce(comms[i], devices[i], data[i].data(), mgpu::Elements{n}, ncclAvg);
+  MGPU_CHECK_NCCL(ncclGroupEnd());
+  for (int i = 0; i < 2; ++i) CHECK(data[i].download() == std::vector<float>(n, 1.5f));
+  for (ncclComm_t& c : comms) mgpu::close_communicator(c, false);
+}
+#endif
 
 }  // namespace

@@ -9,6 +9,8 @@
 namespace nccl {
 
 int usable_devices(int wanted) {
+  // The cpu build's NCCL stand-in (tests/nccl_standin/nccl.h) makes each logical device a rank.
+  if (!mgpu::kCudaBackend) return std::max(1, wanted);
   // At least one: where no GPU answers, making the DeviceSet is what says so.
   return std::max(1, std::min(wanted, mgpu::gpu_count()));
 }
@@ -20,7 +22,8 @@ NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction
       exceptions_before_(std::uncaught_exceptions()) {
   std::vector<int> gpus;
   for (int i = 0; i < devices.size(); ++i) {
-    if (std::find(gpus.begin(), gpus.end(), devices[i].gpu) != gpus.end())
+    // (A cpu device has no GPU, gpu == -1: under the cpu build's stand-in each is a rank.)
+    if (devices[i].gpu >= 0 && std::find(gpus.begin(), gpus.end(), devices[i].gpu) != gpus.end())
       throw mgpu::Error("NcclAllreduce: devices " + std::to_string(i) + " and another share cuda:" +
                         std::to_string(devices[i].gpu) + "; NCCL needs one GPU per rank");
     gpus.push_back(devices[i].gpu);
@@ -34,7 +37,9 @@ NcclAllreduce::~NcclAllreduce() {
   // which does not wait. Errors are ignored here: a destructor must not throw.
   const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
   for (std::size_t i = 0; i < comms_.size(); ++i) {
+#if MGPU_CUDA  // the cpu build's stand-in has no device to select
     cudaSetDevice(devices_[static_cast<int>(i)].gpu);
+#endif
     mgpu::close_communicator(comms_[i], unwinding);
   }
 }
