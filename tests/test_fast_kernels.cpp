@@ -319,7 +319,6 @@ TEST_CASE("element bodies: the square sums and the backward's two sums match cha
     const std::vector<std::vector<float>> want = term_sums_reference(dev.d, t);
     std::vector<std::vector<float>> got(5, std::vector<float>(t.C, 1.0e30f));
     got[3] = t.dgamma, got[4] = t.dbeta;
-    std::vector<float> unused(t.C);
     term_sums_on_host(fast::CenteredSquareTerm{t.z.data(), t.sums0.data(), double(t.n)}, t.C, t.n, sc.blocks,
                       got[0].data(), nullptr, nullptr, nullptr);
     term_sums_on_host(fast::GradXhatTerm{t.dy.data(), t.z.data(), t.stats.data(), t.C}, t.C, t.n, sc.blocks,

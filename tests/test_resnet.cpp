@@ -346,9 +346,9 @@ TEST_CASE("training: three SGD steps with SyncBN on 2 devices follow one device'
 }
 
 TEST_CASE("layer kernels: three SGD steps with chapter 10's raw kernels follow the reference functors' parameters") {
-  // 09_resnet --kernels raw hands im2col, col2im, BatchNorm's sum of z and its apply to chapter
-  // 10's kernels (layers.h). Three of the four give the same bits; the sum adds in another order,
-  // so the two runs part by rounding only. Weights scaled up as in the SyncBN test above, so that
+  // 09_resnet --kernels raw hands im2col, col2im, BatchNorm's three channel sums and its apply to
+  // chapter 10's kernels (layers.h). im2col, col2im and the apply give the same bits; the sums add
+  // in another order, so the two runs part by rounding only. Weights scaled up as in the SyncBN test above, so that
   // rounding does not grow into a different trajectory.
   struct Restore {  // the library's setting is the process's: put the reference back, even on failure
     ~Restore() { nn::use_layer_kernels(nn::LayerKernels::Reference); }

@@ -248,22 +248,21 @@ struct FinishSums {
   }
 };
 
-template <class Term>
-void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScratch& scratch, float* first,
-                  float* second, float* dgamma, float* dbeta, double bytes) {
-  if (channels > scratch.max_channels)
-    throw mgpu::Error("channel_sums: " + std::to_string(channels) + " channels, scratch for " +
-                      std::to_string(scratch.max_channels));
-  for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, scratch.partials.data(), channels, n}, bytes);
-  for_each_index(d, channels, FinishSums{scratch.partials.data(), first, second, dgamma, dbeta, channels});
-}
-
-// The scratch's partials for chapter 10's kernels (--kernels raw), if it holds `channels`.
-double* raw_scratch(ReductionScratch& scratch, int channels, const char* call) {
+// The scratch's partials, if it holds `channels` (else mgpu::Error naming `call`): for the
+// functors below and for chapter 10's kernels (--kernels raw) alike.
+double* scratch_for(ReductionScratch& scratch, int channels, const char* call) {
   if (channels > scratch.max_channels)
     throw mgpu::Error(std::string(call) + ": " + std::to_string(channels) + " channels, scratch for " +
                       std::to_string(scratch.max_channels));
   return scratch.partials.data();
+}
+
+template <class Term>
+void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScratch& scratch, float* first,
+                  float* second, float* dgamma, float* dbeta, double bytes) {
+  double* partials = scratch_for(scratch, channels, "channel_sums");
+  for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, partials, channels, n}, bytes);
+  for_each_index(d, channels, FinishSums{partials, first, second, dgamma, dbeta, channels});
 }
 }  // namespace
 
@@ -280,7 +279,7 @@ struct Value {  // pass 1: z
 }  // namespace
 
 void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch, float* sums) {
-  if (raw()) return fast::batch_norm_sums_raw(d, z, channels, n, raw_scratch(scratch, channels, "batch_norm_sums"), sums);
+  if (raw()) return fast::batch_norm_sums_raw(d, z, channels, n, scratch_for(scratch, channels, "batch_norm_sums"), sums);
   channel_sums(d, channels, n, Value{z}, scratch, sums, nullptr, nullptr, nullptr, kF * channels * n);
 }
 
@@ -301,7 +300,7 @@ void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n
   if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums: no values to normalize over");
   if (raw())
     return fast::batch_norm_square_sums_raw(d, z, channels, n, count,
-                                            raw_scratch(scratch, channels, "batch_norm_square_sums"), sums);
+                                            scratch_for(scratch, channels, "batch_norm_square_sums"), sums);
   channel_sums(d, channels, n, CenteredSquare{z, sums, count}, scratch, sums + channels, nullptr, nullptr, nullptr,
                kF * channels * n);
 }
@@ -404,7 +403,7 @@ void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, 
                               const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta) {
   if (raw())
     return fast::batch_norm_backward_sums_raw(d, dy, z, channels, n, stats,
-                                              raw_scratch(scratch, channels, "batch_norm_backward_sums"), sums, dgamma,
+                                              scratch_for(scratch, channels, "batch_norm_backward_sums"), sums, dgamma,
                                               dbeta);
   channel_sums(d, channels, n, GradAndGradXhat{dy, z, stats, channels}, scratch, sums, sums + channels, dgamma, dbeta,
                2.0 * kF * channels * n);

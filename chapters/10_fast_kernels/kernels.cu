@@ -222,14 +222,22 @@ int multiprocessors(const Device& d) {
 #endif
 }
 
+namespace {
+// The blocks per channel of a sums launch on d, the grid being (blocks, channels): refuses more
+// channels than a grid's y may hold, naming `name`.
+int sums_grid_blocks(const Device& d, int channels, i64 n, const char* name) {
+  if (channels > 65535) throw mgpu::Error(std::string(name) + ": more than 65,535 channels (the grid's y)");
+  return sums_blocks_per_channel(channels, n, multiprocessors(d));
+}
+}  // namespace
+
 void batch_norm_sums_raw(const Device& d, const float* z, int channels, i64 n, double* partials, float* sums) {
   if (channels <= 0 || n <= 0) return;
-  const int blocks = sums_blocks_per_channel(channels, n, multiprocessors(d));
+  const int blocks = sums_grid_blocks(d, channels, n, "batch_norm_sums_raw");
   const SumsArgs a = sums_args(z, channels, n, blocks, partials, sums);
   mgpu::check_owned(d, z, sizeof(float) * channels * n, "batch_norm_sums_raw (z)");
   mgpu::check_owned(d, partials, sizeof(double) * channels * kMaxSumBlocks, "batch_norm_sums_raw (partials)");
   mgpu::check_owned(d, sums, sizeof(float) * channels, "batch_norm_sums_raw (sums)");
-  if (channels > 65535) throw mgpu::Error("batch_norm_sums_raw: more than 65,535 channels (the grid's y)");
   const double bytes = sizeof(float) * double(channels) * n;
 #if MGPU_CUDA
   launch_timed(d, "ChannelPartialsKernel", bytes,
@@ -291,8 +299,7 @@ void term_sums(const Device& d, const char* name, int values, Term term, int cha
                float* first, float* second, float* dgamma, float* dbeta) {
   if (channels <= 0 || n <= 0) return;
   index_count(i64(channels) * n, name);
-  if (channels > 65535) throw mgpu::Error(std::string(name) + ": more than 65,535 channels (the grid's y)");
-  const int blocks = sums_blocks_per_channel(channels, n, multiprocessors(d));
+  const int blocks = sums_grid_blocks(d, channels, n, name);
   mgpu::check_owned(d, partials, sizeof(double) * 2 * channels * kMaxSumBlocks, name);
   const TermSumsArgs<Term> a{term, partials, first, second, dgamma, dbeta, channels, static_cast<int>(n), blocks};
   const double bytes = sizeof(float) * double(values) * channels * n;
@@ -302,7 +309,6 @@ void term_sums(const Device& d, const char* name, int values, Term term, int cha
   launch_timed(d, "FinishTermChannelsKernel", 0,
                [&] { finish_term_channels_kernel<<<blocks_for(channels), kThreads, 0, d.stream>>>(a); });
 #else
-  (void)name;
   mgpu::for_each_index(d, i64(channels) * blocks, ChannelTermPartialsKernel<Term>{a}, bytes);
   mgpu::for_each_index(d, channels, FinishTermChannelsKernel<Term>{a});
 #endif
