@@ -51,24 +51,37 @@ GemmPrecision gemm_precision(const Device& d) {
 
 void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha,
           const float* A, const float* B, float beta, float* C) {
+  // Leading dimensions of row-major storage: the length of a stored row. BLAS wants at least 1
+  // even where a row is empty (K = 0, a product over no images, which leaves beta * C): cuBLAS
+  // refuses a 0 there. No element is read at all then, so 1 is as good as any.
+  gemm(d, ta, tb, M, N, K, alpha, A, std::max(1, ta == Transpose::No ? K : M), B,
+       std::max(1, tb == Transpose::No ? N : K), beta, C, std::max(1, N));
+}
+
+void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc) {
   if (M < 0 || N < 0 || K < 0)
     throw Error("gemm: negative size M=" + std::to_string(M) + " N=" + std::to_string(N) +
                 " K=" + std::to_string(K));
   if (M == 0 || N == 0) return;
-  // Leading dimensions of row-major storage: the length of a stored row. BLAS wants at least 1
-  // even where a row is empty (K = 0, a product over no images, which leaves beta * C): cuBLAS
-  // refuses a 0 there. No element is read at all then, so 1 is as good as any.
-  const int lda = std::max(1, ta == Transpose::No ? K : M);
-  const int ldb = std::max(1, tb == Transpose::No ? N : K);
-  const int ldc = N;
+  // A stored [rows x cols] block needs a row length of at least cols.
+  const int a_rows = ta == Transpose::No ? M : K, a_cols = ta == Transpose::No ? K : M;
+  const int b_rows = tb == Transpose::No ? K : N, b_cols = tb == Transpose::No ? N : K;
+  if (lda < std::max(1, a_cols) || ldb < std::max(1, b_cols) || ldc < N)
+    throw Error("gemm: row lengths lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) + " ldc=" +
+                std::to_string(ldc) + " are shorter than the blocks' rows (" + std::to_string(a_cols) + ", " +
+                std::to_string(b_cols) + ", " + std::to_string(N) + ")");
   // All three matrices must be d's own memory (a GPU cannot multiply another GPU's arrays
-  // without peer access, which this repository never relies on).
-  const auto bytes = [](int rows, int cols) { return std::size_t(rows) * std::size_t(cols) * sizeof(float); };
+  // without peer access, which this repository never relies on). A block's bytes run from its
+  // first element to its last: every row but the last at its full stored length.
+  const auto bytes = [](int rows, int cols, int ld) {
+    return (std::size_t(rows - 1) * std::size_t(ld) + std::size_t(cols)) * sizeof(float);
+  };
   if (K > 0) {
-    check_owned(d, A, bytes(M, K), "gemm (A)");
-    check_owned(d, B, bytes(K, N), "gemm (B)");
+    check_owned(d, A, bytes(a_rows, a_cols, lda), "gemm (A)");
+    check_owned(d, B, bytes(b_rows, b_cols, ldb), "gemm (B)");
   }
-  check_owned(d, C, bytes(M, N), "gemm (C)");
+  check_owned(d, C, bytes(M, N, ldc), "gemm (C)");
   // Named by its shape in a profile: each of LeNet's products is its own row.
   KernelProfile* profile = KernelProfile::of(d);
   const GemmPrecision precision = kCudaBackend ? gemm_precision(d) : GemmPrecision::Fp32;  // no lookup on a CPU
@@ -76,7 +89,7 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
                                                 std::to_string(K) + (ta == Transpose::Yes ? " T" : " N") +
                                                 (tb == Transpose::Yes ? "T" : "N") +
                                                 (precision == GemmPrecision::Fp32 ? "" : std::string(" ") + to_string(precision)),
-                                            2.0 * M * N * K, double(bytes(M, K) + bytes(K, N) + 2 * bytes(M, N)))
+                                            2.0 * M * N * K, 4.0 * (double(M) * K + double(K) * N + 2.0 * M * N))
                           : -1;
 #if MGPU_CUDA
   // cuBLAS is column-major. A row-major C is a column-major C^T, and C^T = op(B)^T op(A)^T:

@@ -15,6 +15,12 @@ enum class Transpose { No, Yes };
 // beta = 1 accumulates into C (how gradients add up over chunks of a batch).
 void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha,
           const float* A, const float* B, float beta, float* C);
+// The same on blocks of larger matrices: lda, ldb, ldc are the stored row lengths of the arrays
+// A, B and C are blocks of (at least the block's own row length). The form above passes each
+// block's own, the matrices being whole. (Chapter 10's tiled convolution writes a few images'
+// columns of a [Cout][B*Ho*Wo] output: ldc = B*Ho*Wo.)
+void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
 
 // What a device's GEMMs do with their fp32 inputs on a GPU (the arrays stay fp32 in memory):
 //   Fp32  multiply them as they are: cublasSgemm (the default)

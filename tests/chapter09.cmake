@@ -1,6 +1,9 @@
 # --- Chapter 09: ResNet-18 from a layer library (included by tests/CMakeLists.txt).
-mgpu_test(test_resnet_layers DEVICE LIBS mgpu_resnet)  # each layer against plain loops and finite differences
-mgpu_test(test_resnet DEVICE LIBS mgpu_resnet)         # the network: gradients, SyncBN, evaluation mode
+# Both suites link chapter 10's tables of layer kernels (mgpu_fast_kernels, which carries chapter
+# 09's library): their cases that hold every registered table against the reference then have
+# tables to check. Chapter 09's program and library themselves never name chapter 10.
+mgpu_test(test_resnet_layers DEVICE LIBS mgpu_fast_kernels)  # each layer against plain loops and finite differences
+mgpu_test(test_resnet DEVICE LIBS mgpu_fast_kernels)  # the network: gradients, SyncBN, evaluation mode
 # Chaos mode (see tests/CMakeLists.txt) for the cases where devices wait for each other: the
 # SyncBN allreduces between layers and the gradient allreduce. (The finite-difference case
 # queues thousands of operations on one device: under random delays it would take minutes and
@@ -27,7 +30,7 @@ expect_exit(09_resnet bn_bad        2 stderr "--bn: global not in \\{device,sync
 expect_exit(09_resnet allreduce_bad 2 stderr "--allreduce: tree not in \\{ring,naive,nccl\\}" --allreduce tree)
 expect_exit(09_resnet precision_bad 2 stderr "--precision: fp16 not in \\{fp32,tf32,bf16\\}" --precision fp16)
 expect_exit(09_resnet profile_bad   2 stderr "--profile: 1 not in \\{on,off\\}" --profile 1)
-expect_exit(09_resnet kernels_bad   2 stderr "--kernels: fast not in \\{reference,raw\\}" --kernels fast)
+expect_exit(09_resnet kernels_bad   2 stderr "--kernels: fast not in \\{reference,raw,tiled\\}" --kernels fast)
 expect_exit(09_resnet dump_empty    2 stderr "--dump-step needs a value" --dump-step=)
 expect_exit(09_resnet batch_small   2 stderr "--batch-size 1 is smaller than --devices 2" --batch-size 1 --devices 2)
 if(NOT MGPU_HAVE_NCCL)
@@ -38,7 +41,15 @@ expect_exit(09_resnet last_batch_small 1 stderr "leave a last batch of 1 example
             --width 2 --limit-train 1001 --batch-size 250 --devices 4)
 # Short runs: one device; two devices with SyncBN through chapter 02's naive collective; the
 # one-step profile; a dump for crosscheck.py.
-expect_exit(09_resnet run_k1        0 stdout "result: chapter=09_resnet .*devices=1 .*test_acc=" ${resnet_short})
+# The table of layer kernels a run takes when none is named: chapter 10's fastest for this build
+# (raw on a GPU, tiled on a CPU), which the program names in its banner.
+if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
+  set(resnet_default_kernels raw)
+else()
+  set(resnet_default_kernels tiled)
+endif()
+expect_exit(09_resnet run_k1        0 stdout "kernels: ${resnet_default_kernels}.*result: chapter=09_resnet .*devices=1 .*test_acc="
+            ${resnet_short})
 # --precision bf16: the GEMMs' inputs on tensor cores on a GPU; the cpu build says it multiplies fp32.
 expect_exit(09_resnet run_bf16      0 stdout "GEMMs: (fp32 .--precision chooses for GPUs only.|bf16 inputs on tensor cores).*result: chapter=09_resnet"
             ${resnet_short} --precision bf16)
@@ -51,6 +62,10 @@ expect_exit(09_resnet profile       0 stdout "device 0's kernels.*Im2col.*withou
 expect_exit(09_resnet run_raw       0 stdout "kernels: raw.*Im2colKernel.*without the profile's timers.*wrote one training step of 8 images"
             --width 2 --limit-train 64 --batch-size 8 --kernels raw --profile on
             --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump_raw)
+# --kernels reference: chapter 09's own functors (one profiled step and one dumped step).
+expect_exit(09_resnet run_reference 0 stdout "kernels: reference.*Im2col .*without the profile's timers.*wrote one training step of 8 images"
+            --width 2 --limit-train 64 --batch-size 8 --kernels reference --profile on
+            --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump_reference)
 expect_exit(09_resnet dump          0 stdout "wrote one training step of 8 images on 2 device"
             --width 2 --limit-train 64 --batch-size 8 --devices 2 --bn sync
             --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump)

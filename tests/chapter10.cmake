@@ -5,7 +5,7 @@
 # cpu build, on the GPU in the cuda build. The cuda build also runs the launchers' cases alone as
 # fast_kernels_on_gpu: skipped where no GPU answers (and, in the cpu build, listed as skipped,
 # saying why), never counted as passed.
-mgpu_test(test_fast_kernels DEVICE LIBS mgpu_resnet)
+mgpu_test(test_fast_kernels DEVICE LIBS mgpu_fast_kernels)
 if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
   add_test(NAME fast_kernels_on_gpu COMMAND test_fast_kernels "--test-case=raw kernels:*"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -345,31 +345,44 @@ TEST_CASE("training: three SGD steps with SyncBN on 2 devices follow one device'
   CHECK(relative_difference(want, one.params) > 1e-3);  // the parameters did move
 }
 
-TEST_CASE("layer kernels: three SGD steps with chapter 10's raw kernels follow the reference functors' parameters") {
-  // 09_resnet --kernels raw hands im2col, col2im, BatchNorm's three channel sums and its apply to
-  // chapter 10's kernels (layers.h). im2col, col2im and the apply give the same bits; the sums add
-  // in another order, so the two runs part by rounding only. Weights scaled up as in the SyncBN test above, so that
-  // rounding does not grow into a different trajectory.
+TEST_CASE("layer kernels: three SGD steps with every registered table follow the reference's parameters") {
+  // 09_resnet --kernels NAME runs the network's convolutions and BatchNorm through a table a later
+  // chapter registered (layers.h); this suite links chapter 10's ("raw" and "tiled"). Each must
+  // compute what the reference computes: raw's im2col, col2im and apply give the same bits, its
+  // sums add in another order; tiled's dW is summed tile by tile. So the runs part by rounding
+  // only. Weights scaled up as in the SyncBN test above, so that rounding does not grow into a
+  // different trajectory. Each model is made after its table is chosen: the replica's
+  // convolution scratch is the size its table asks for.
   struct Restore {  // the library's setting is the process's: put the reference back, even on failure
-    ~Restore() { nn::use_layer_kernels(nn::LayerKernels::Reference); }
+    ~Restore() { nn::use_layer_kernels(nn::reference_kernels()); }
   } restore;
-  REQUIRE(nn::layer_kernels() == nn::LayerKernels::Reference);  // what every other test here relies on
+  REQUIRE(&nn::layer_kernels() == &nn::reference_kernels());  // what every other test here relies on
+  const std::vector<const nn::LayerKernels*> tables = nn::registered_layer_kernels();
+  REQUIRE(tables.size() >= 3);  // the reference, chapter 10's raw and tiled
   const HostBatch b = random_batch(8, 37);
-  Model reference(1, 2, 8, BatchNormMode::PerDevice), raw(1, 2, 8, BatchNormMode::PerDevice);
-  reference.scale_conv_weights(30.0f), raw.scale_conv_weights(30.0f);
-  for (int step = 0; step < 3; ++step)
-    for (Model* m : {&reference, &raw}) {
-      nn::use_layer_kernels(m == &raw ? nn::LayerKernels::Raw : nn::LayerKernels::Reference);
-      m->load(b, {8});
-      m->gradient();
-      Replica& r = m->replicas[0];
-      mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
-    }
-  const std::vector<float> got = raw.replicas[0].params.download(), want = reference.replicas[0].params.download();
-  MESSAGE("three steps: raw kernels differ from the reference by " << relative_difference(got, want) << " of the scale");
-  CHECK(relative_difference(got, want) < 1e-6);
-  CHECK(relative_difference(want, reference.params) > 1e-3);  // the parameters did move
-  const std::vector<float> got_state = raw.replicas[0].state.download(),
-                           want_state = reference.replicas[0].state.download();
-  CHECK(relative_difference(got_state, want_state) < 1e-6);  // the running statistics too
+  for (const nn::LayerKernels* table : tables) {
+    if (table == &nn::reference_kernels()) continue;
+    CAPTURE(table->name());
+    nn::use_layer_kernels(nn::reference_kernels());
+    Model reference(1, 2, 8, BatchNormMode::PerDevice);
+    nn::use_layer_kernels(*table);
+    Model fast(1, 2, 8, BatchNormMode::PerDevice);
+    reference.scale_conv_weights(30.0f), fast.scale_conv_weights(30.0f);
+    for (int step = 0; step < 3; ++step)
+      for (Model* m : {&reference, &fast}) {
+        nn::use_layer_kernels(m == &fast ? *table : nn::reference_kernels());
+        m->load(b, {8});
+        m->gradient();
+        Replica& r = m->replicas[0];
+        mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
+      }
+    const std::vector<float> got = fast.replicas[0].params.download(), want = reference.replicas[0].params.download();
+    MESSAGE("three steps: " << table->name() << " differs from the reference by " << relative_difference(got, want)
+                            << " of the scale");
+    CHECK(relative_difference(got, want) < 1e-6);
+    CHECK(relative_difference(want, reference.params) > 1e-3);  // the parameters did move
+    const std::vector<float> got_state = fast.replicas[0].state.download(),
+                             want_state = reference.replicas[0].state.download();
+    CHECK(relative_difference(got_state, want_state) < 1e-6);  // the running statistics too
+  }
 }

@@ -24,7 +24,6 @@
 
 #include "chapters/01_lenet/layers.h"
 #include "chapters/09_resnet/layers.h"
-#include "chapters/10_fast_kernels/kernels.h"  // fast::kMaxSumBlocks: the scratch chapter 10's sums need
 #include "common/check.h"
 #include "common/device.h"
 #include "common/random.h"
@@ -827,29 +826,31 @@ TEST_CASE("the per-channel reduction: at least one slice; scratch too small for 
   CHECK(nn::reduction_slices() >= 1);
   nn::ReductionScratch scratch(d, 2);
   CHECK(scratch.max_channels == 2);
-  // [2][2][slices] for this library's sums, and at least [2][2][fast::kMaxSumBlocks] for chapter 10's
-  CHECK(scratch.partials.size() == std::size_t(2) * 2 * std::max(nn::reduction_slices(), fast::kMaxSumBlocks));
+  // [2][2][P] doubles, P the most partial sums per channel any registered table asks for (this
+  // suite links chapter 10's tables: its raw sums take more than this library's slices).
+  const std::vector<const nn::LayerKernels*> tables = nn::registered_layer_kernels();
+  REQUIRE(tables.size() >= 2);
+  int most = 0;
+  for (const nn::LayerKernels* k : tables) most = std::max(most, k->sum_partials_per_channel());
+  CHECK(scratch.per_channel == most);
+  CHECK(most >= nn::reduction_slices());
+  CHECK(scratch.partials.size() == std::size_t(2) * 2 * most);
+  const std::string too_many = std::to_string(most + 1) + " partial sums per channel, scratch for";
+  CHECK_THROWS_WITH_AS(scratch.partials_for(2, most + 1, "test"), doctest::Contains(too_many.c_str()), mgpu::Error);
   const std::int64_t n = 10;
   mgpu::Buffer<float> z(d, 3 * n), dy(d, 3 * n), sums(d, 6), stats(d, 6), dgamma(d, 3), dbeta(d, 3);
   z.zero(), dy.zero(), stats.zero(), dgamma.zero(), dbeta.zero();
-  CHECK_THROWS_AS(nn::batch_norm_sums(d, z.data(), 3, n, scratch, sums.data()), mgpu::Error);
-  CHECK_THROWS_AS(nn::batch_norm_backward_sums(d, dy.data(), z.data(), 3, n, stats.data(), scratch, sums.data(),
-                                               dgamma.data(), dbeta.data()),
-                  mgpu::Error);
-  CHECK_THROWS_AS(nn::batch_norm_square_sums(d, z.data(), 3, n, double(n), scratch, sums.data()), mgpu::Error);
-  CHECK_NOTHROW(nn::batch_norm_sums(d, z.data(), 2, n, scratch, sums.data()));  // 2 channels fit
-  // The same refusals where chapter 10's kernels do the sums (09_resnet --kernels raw).
-  struct Restore {
-    ~Restore() { nn::use_layer_kernels(nn::LayerKernels::Reference); }
-  } restore;
-  nn::use_layer_kernels(nn::LayerKernels::Raw);
-  CHECK_THROWS_WITH_AS(nn::batch_norm_sums(d, z.data(), 3, n, scratch, sums.data()),
-                       doctest::Contains("3 channels, scratch for 2"), mgpu::Error);
-  CHECK_THROWS_AS(nn::batch_norm_backward_sums(d, dy.data(), z.data(), 3, n, stats.data(), scratch, sums.data(),
-                                               dgamma.data(), dbeta.data()),
-                  mgpu::Error);
-  CHECK_THROWS_AS(nn::batch_norm_square_sums(d, z.data(), 3, n, double(n), scratch, sums.data()), mgpu::Error);
-  CHECK_NOTHROW(nn::batch_norm_sums(d, z.data(), 2, n, scratch, sums.data()));
+  // The same refusals whichever table does the sums (09_resnet --kernels NAME).
+  for (const nn::LayerKernels* k : tables) {
+    CAPTURE(k->name());
+    CHECK_THROWS_WITH_AS(k->batch_norm_sums(d, z.data(), 3, n, scratch, sums.data()),
+                         doctest::Contains("3 channels, scratch for 2"), mgpu::Error);
+    CHECK_THROWS_AS(k->batch_norm_backward_sums(d, dy.data(), z.data(), 3, n, stats.data(), scratch, sums.data(),
+                                                dgamma.data(), dbeta.data()),
+                    mgpu::Error);
+    CHECK_THROWS_AS(k->batch_norm_square_sums(d, z.data(), 3, n, double(n), scratch, sums.data()), mgpu::Error);
+    CHECK_NOTHROW(k->batch_norm_sums(d, z.data(), 2, n, scratch, sums.data()));  // 2 channels fit
+  }
   mgpu::synchronize(d);
 }
 

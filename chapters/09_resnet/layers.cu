@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <string>
 
-#include "../10_fast_kernels/kernels.h"  // the raw kernels --kernels raw hands the hottest jobs to
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/gemm.h"
 #include "common/parallel.h"
@@ -43,17 +43,7 @@ int row_length(i64 n, const char* call) {
   return static_cast<int>(n);
 }
 
-// The program's LayerKernels (layers.h): the reference until a program chooses (so chapter 10's
-// tests and benchmark, which hold the raw kernels against these functors, get the functors).
-// Atomic because the devices' threads read it; it is written before any of them starts.
-std::atomic<LayerKernels> chosen_kernels{LayerKernels::Reference};
-bool raw() { return chosen_kernels.load(std::memory_order_relaxed) == LayerKernels::Raw; }
-
 }  // namespace
-
-void use_layer_kernels(LayerKernels k) { chosen_kernels.store(k, std::memory_order_relaxed); }
-LayerKernels layer_kernels() { return chosen_kernels.load(std::memory_order_relaxed); }
-const char* name_of(LayerKernels k) { return k == LayerKernels::Raw ? "raw" : "reference"; }
 
 // --- convolution: kernel k x k, stride s, zero padding p on every side
 
@@ -73,17 +63,18 @@ void check_channels(ImageShape xs, ConvShape c, const char* call) {
 }
 
 namespace {
-// Item: one (row r = (c, ky, kx), image b) pair of col, a block of Ho*Wo contiguous outputs:
-// col[r][b][oy][ox] = x[c][b][oy*s + ky - p][ox*s + kx - p], 0 in the padding.
+// Item: one (row r = (c, ky, kx), image j) pair of col, a block of Ho*Wo contiguous outputs:
+// col[r][j][oy][ox] = x[c][first + j][oy*s + ky - p][ox*s + kx - p], 0 in the padding, for the
+// `count` images j of the slice (the whole batch: first = 0, count = B).
 struct Im2col {
   const float* x;
   float* col;
-  int B, H, W, k, s, p, Ho, Wo;
+  int B, first, count, H, W, k, s, p, Ho, Wo;
   MGPU_HD void operator()(i64 item, int begin, int end) const {
-    const int r = int(item / B), b = int(item % B);
+    const int r = int(item / count), j = int(item % count);
     const int c = r / (k * k), ky = r / k % k, kx = r % k;
-    const float* plane = x + (i64(c) * B + b) * H * W;  // = &x[c][b][0][0]
-    float* dst = col + item * Ho * Wo;                  // = &col[r][b][0][0]
+    const float* plane = x + (i64(c) * B + first + j) * H * W;  // = &x[c][first + j][0][0]
+    float* dst = col + item * Ho * Wo;                          // = &col[r][j][0][0]
     // Output columns ox whose input column ox*s + kx - p lies inside the image: [lo, hi).
     const int lo = p > kx ? ceil_div(p - kx, s) : 0;
     const int hi_raw = W - 1 + p - kx >= 0 ? (W - 1 + p - kx) / s + 1 : 0;
@@ -107,29 +98,44 @@ struct Im2col {
 };
 }  // namespace
 
-void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
-  if (raw()) return fast::im2col_raw(d, x, xs, c, col);
+namespace {
+// Throws mgpu::Error, naming `call`, unless [first, first + count) is a slice of the batch.
+void check_slice(ImageShape xs, int first, int count, const char* call) {
+  if (first < 0 || count < 0 || first > xs.batch - count)
+    throw mgpu::Error(std::string(call) + ": images " + std::to_string(first) + ".." +
+                      std::to_string(i64(first) + count - 1) + " of a batch of " + std::to_string(xs.batch));
+}
+}  // namespace
+
+void im2col_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count, float* col) {
   check_channels(xs, c, "im2col");
+  check_slice(xs, first, count, "im2col");
   const ImageShape zs = conv_output_shape(xs, c);
-  const i64 items = i64(c.in_channels) * c.kernel * c.kernel * xs.batch;
+  const i64 items = i64(c.in_channels) * c.kernel * c.kernel * count;
   for_each_span(d, items, zs.height * zs.width,
-                Im2col{x, col, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width},
+                Im2col{x, col, xs.batch, first, count, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height,
+                       zs.width},
                 2.0 * kF * items * zs.height * zs.width);
 }
 
+void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) {
+  im2col_images(d, x, xs, c, 0, xs.batch, col);
+}
+
 namespace {
-// Item: one image plane (c, b) of dx, H*W outputs, each the gather of the col entries that
-// copied it: pixel (y, x) was copied into window (ky, kx) at output (oy, ox) wherever
+// Item: one image plane (c, first + j) of dx, H*W outputs, each the gather of the col entries
+// that copied it: pixel (y, x) was copied into window (ky, kx) at output (oy, ox) wherever
 // y = oy*s + ky - p and x = ox*s + kx - p for some oy < Ho, ox < Wo. Every output has one owner,
 // so no atomics are needed; every pixel adds its terms in the order (ky, kx) ascending, whichever
-// mapping for_each_span chose, so both backends give the same bits.
+// mapping for_each_span chose, so both backends give the same bits. col holds the `count`
+// images j of the slice (Im2col's layout).
 struct Col2im {
   const float* col;
   float* dx;
-  int B, H, W, k, s, p, Ho, Wo;
+  int B, first, count, H, W, k, s, p, Ho, Wo;
   MGPU_HD void operator()(i64 item, int begin, int end) const {
-    const i64 c = item / B, b = item % B;
-    float* plane = dx + item * H * W;  // = &dx[c][b][0][0]
+    const i64 c = item / count, j = item % count;
+    float* plane = dx + (c * B + first + j) * H * W;  // = &dx[c][first + j][0][0]
     for_each_row_segment(begin, end, W, [&](int y, int x0, int x1) {
       float* out = plane + y * W;
       for (int x = x0; x < x1; ++x) out[x] = 0.0f;
@@ -137,7 +143,7 @@ struct Col2im {
         const int oy_s = y + p - ky;  // oy * s, if this window row saw pixel row y
         if (oy_s < 0 || oy_s % s != 0 || oy_s / s >= Ho) continue;
         for (int kx = 0; kx < k; ++kx) {
-          const float* row = col + ((((c * k + ky) * k + kx) * B + b) * Ho + oy_s / s) * Wo;  // = &col[r][b][oy][0]
+          const float* row = col + ((((c * k + ky) * k + kx) * count + j) * Ho + oy_s / s) * Wo;  // = &col[r][j][oy][0]
           // The window columns ox whose pixel x = ox*s + kx - p lies in [x0, x1): [lo, hi).
           const int lo = x0 + p - kx > 0 ? ceil_div(x0 + p - kx, s) : 0;
           const int hi_raw = x1 + p - kx > 0 ? ceil_div(x1 + p - kx, s) : 0;
@@ -150,22 +156,28 @@ struct Col2im {
 };
 }  // namespace
 
-void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) {
-  if (raw()) return fast::col2im_raw(d, col, xs, c, dx);
+void col2im_images(const Device& d, const float* col, ImageShape xs, ConvShape c, int first, int count, float* dx) {
   check_channels(xs, c, "col2im");
+  check_slice(xs, first, count, "col2im");
   const ImageShape zs = conv_output_shape(xs, c);
-  const i64 planes = i64(xs.channels) * xs.batch;
+  const i64 planes = i64(xs.channels) * count;
+  const double slice_values = double(planes) * xs.height * xs.width;
   for_each_span(d, planes, xs.height * xs.width,
-                Col2im{col, dx, xs.batch, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height, zs.width},
-                kF * (double(conv_col_size(xs, c)) + xs.size()));
+                Col2im{col, dx, xs.batch, first, count, xs.height, xs.width, c.kernel, c.stride, c.padding, zs.height,
+                       zs.width},
+                kF * (double(c.kernel) * c.kernel * zs.height * zs.width * planes + slice_values));
+}
+
+void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) {
+  col2im_images(d, col, xs, c, 0, xs.batch, dx);
 }
 
 void conv2d_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
-                    float* col, float* z) {
+                    float* col, float* z, const LayerKernels& layout) {
   const ImageShape zs = conv_output_shape(xs, c);
   const int P = zs.batch * zs.height * zs.width;        // output pixels, all images
   const int K = c.in_channels * c.kernel * c.kernel;  // inputs per output pixel
-  im2col(d, x, xs, c, col);
+  layout.im2col(d, x, xs, c, col);
   // z = W col               [Cout x P] = [Cout x K][K x P]
   gemm(d, Transpose::No, Transpose::No, c.out_channels, P, K, 1.0f, W, col, 0.0f, z);
   // z += b, broadcast along each channel's row of P pixels
@@ -173,11 +185,12 @@ void conv2d_forward(const Device& d, const float* x, ImageShape xs, ConvShape c,
 }
 
 void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
-                     const float* ones, float* col, float* dcol, float* dW, float* db, float* dx) {
+                     const float* ones, float* col, float* dcol, float* dW, float* db, float* dx,
+                     const LayerKernels& layout) {
   const ImageShape zs = conv_output_shape(xs, c);
   const int P = zs.batch * zs.height * zs.width;
   const int K = c.in_channels * c.kernel * c.kernel;
-  im2col(d, x, xs, c, col);  // the forward pass's col, unfolded again
+  layout.im2col(d, x, xs, c, col);  // the forward pass's col, unfolded again
   // dW += dz col^T          [Cout x K] = [Cout x P][P x K]
   gemm(d, Transpose::No, Transpose::Yes, c.out_channels, K, P, 1.0f, dz, col, 1.0f, dW);
   // db += dz ones           [Cout x 1] = [Cout x P][P x 1]
@@ -185,7 +198,7 @@ void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShap
   if (!dx) return;
   // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]; then every window folded back
   gemm(d, Transpose::Yes, Transpose::No, K, P, c.out_channels, 1.0f, W, dz, 0.0f, dcol);
-  col2im(d, dcol, xs, c, dx);
+  layout.col2im(d, dcol, xs, c, dx);
 }
 
 std::int64_t conv_col_size(ImageShape xs, ConvShape c) {
@@ -197,9 +210,28 @@ std::int64_t conv_col_size(ImageShape xs, ConvShape c) {
 
 int reduction_slices() { return kSlices; }
 
+namespace {
+int most_partials_per_channel() {
+  int most = 0;
+  for (const LayerKernels* k : registered_layer_kernels()) most = std::max(most, k->sum_partials_per_channel());
+  return most;
+}
+}  // namespace
+
 ReductionScratch::ReductionScratch(const Device& d, int max_channels)
     : max_channels(max_channels),
-      partials(d, std::size_t(2) * max_channels * std::max(kSlices, fast::kMaxSumBlocks)) {}
+      per_channel(most_partials_per_channel()),
+      partials(d, std::size_t(2) * max_channels * per_channel) {}
+
+double* ReductionScratch::partials_for(int channels, int wanted_per_channel, const char* call) {
+  if (channels > max_channels)
+    throw mgpu::Error(std::string(call) + ": " + std::to_string(channels) + " channels, scratch for " +
+                      std::to_string(max_channels));
+  if (wanted_per_channel > per_channel)
+    throw mgpu::Error(std::string(call) + ": " + std::to_string(wanted_per_channel) +
+                      " partial sums per channel, scratch for " + std::to_string(per_channel));
+  return partials.data();
+}
 
 namespace {
 // Two sums carried together (BatchNorm needs two per channel, in both directions).
@@ -248,19 +280,10 @@ struct FinishSums {
   }
 };
 
-// The scratch's partials, if it holds `channels` (else mgpu::Error naming `call`): for the
-// functors below and for chapter 10's kernels (--kernels raw) alike.
-double* scratch_for(ReductionScratch& scratch, int channels, const char* call) {
-  if (channels > scratch.max_channels)
-    throw mgpu::Error(std::string(call) + ": " + std::to_string(channels) + " channels, scratch for " +
-                      std::to_string(scratch.max_channels));
-  return scratch.partials.data();
-}
-
 template <class Term>
 void channel_sums(const Device& d, int channels, i64 n, Term term, ReductionScratch& scratch, float* first,
                   float* second, float* dgamma, float* dbeta, double bytes) {
-  double* partials = scratch_for(scratch, channels, "channel_sums");
+  double* partials = scratch.partials_for(channels, kSlices, "channel_sums");
   for_each_index(d, i64(channels) * kSlices, SliceSums<Term>{term, partials, channels, n}, bytes);
   for_each_index(d, channels, FinishSums{partials, first, second, dgamma, dbeta, channels});
 }
@@ -279,7 +302,6 @@ struct Value {  // pass 1: z
 }  // namespace
 
 void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch, float* sums) {
-  if (raw()) return fast::batch_norm_sums_raw(d, z, channels, n, scratch_for(scratch, channels, "batch_norm_sums"), sums);
   channel_sums(d, channels, n, Value{z}, scratch, sums, nullptr, nullptr, nullptr, kF * channels * n);
 }
 
@@ -298,9 +320,6 @@ struct CenteredSquare {  // pass 2: (z - mean)^2, mean = sum / count
 void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
                             ReductionScratch& scratch, float* sums) {
   if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums: no values to normalize over");
-  if (raw())
-    return fast::batch_norm_square_sums_raw(d, z, channels, n, count,
-                                            scratch_for(scratch, channels, "batch_norm_square_sums"), sums);
   channel_sums(d, channels, n, CenteredSquare{z, sums, count}, scratch, sums + channels, nullptr, nullptr, nullptr,
                kF * channels * n);
 }
@@ -380,7 +399,6 @@ struct BatchNormApply {
 
 void batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats, const float* gamma,
                       const float* beta, const float* residual, lenet::Activation act, float* y) {
-  if (raw()) return fast::batch_norm_apply_raw(d, z, channels, n, stats, gamma, beta, residual, act, y);
   for_each_span(d, channels, row_length(n, "batch_norm_apply"),
                 BatchNormApply{z, stats, gamma, beta, residual, y, n, channels, act == lenet::Activation::Relu},
                 kF * channels * n * (residual ? 3.0 : 2.0));
@@ -401,10 +419,6 @@ struct GradAndGradXhat {  // backward: (dy, dy * xhat), xhat = (z - mean) * inv_
 
 void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
                               const float* stats, ReductionScratch& scratch, float* sums, float* dgamma, float* dbeta) {
-  if (raw())
-    return fast::batch_norm_backward_sums_raw(d, dy, z, channels, n, stats,
-                                              scratch_for(scratch, channels, "batch_norm_backward_sums"), sums, dgamma,
-                                              dbeta);
   channel_sums(d, channels, n, GradAndGradXhat{dy, z, stats, channels}, scratch, sums, sums + channels, dgamma, dbeta,
                2.0 * kF * channels * n);
 }
@@ -483,6 +497,132 @@ void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, f
   const i64 planes = i64(xs.channels) * xs.batch;
   for_each_span(d, planes, xs.height * xs.width, GlobalAvgPoolBackward{dy, dx, xs.height * xs.width},
                 kF * (xs.size() + planes));
+}
+
+// --- the table of layer kernels: this library's functions as the reference table, and the registry
+
+std::int64_t LayerKernels::conv_scratch_floats(const Device&, ImageShape xs, ConvShape c) const {
+  return 2 * conv_col_size(xs, c);  // col, then dcol
+}
+
+namespace {
+// Throws mgpu::Error, naming `call`, unless the scratch holds what `kernels` asks for.
+void check_scratch(const LayerKernels& kernels, const Device& d, ImageShape xs, ConvShape c, ConvScratch scratch,
+                   const char* call) {
+  const i64 needed = kernels.conv_scratch_floats(d, xs, c);
+  if (scratch.floats < needed)
+    throw mgpu::Error(std::string(call) + " (" + kernels.name() + "): scratch of " + std::to_string(scratch.floats) +
+                      " floats, " + std::to_string(needed) + " needed");
+}
+}  // namespace
+
+void LayerKernels::conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W,
+                                const float* b, ConvScratch scratch, float* z) const {
+  check_scratch(*this, d, xs, c, scratch, "conv_forward");
+  conv2d_forward(d, x, xs, c, W, b, scratch.data, z, *this);
+}
+
+void LayerKernels::conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c,
+                                 const float* W, const float* ones, ConvScratch scratch, float* dW, float* db,
+                                 float* dx) const {
+  check_scratch(*this, d, xs, c, scratch, "conv_backward");
+  const i64 col = conv_col_size(xs, c);
+  conv2d_backward(d, dz, x, xs, c, W, ones, scratch.data, scratch.data + col, dW, db, dx, *this);
+}
+
+void LayerKernels::im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) const {
+  nn::im2col(d, x, xs, c, col);
+}
+
+void LayerKernels::col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) const {
+  nn::col2im(d, col, xs, c, dx);
+}
+
+int LayerKernels::sum_partials_per_channel() const { return kSlices; }
+
+void LayerKernels::batch_norm_sums(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch,
+                                   float* sums) const {
+  nn::batch_norm_sums(d, z, channels, n, scratch, sums);
+}
+
+void LayerKernels::batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
+                                          ReductionScratch& scratch, float* sums) const {
+  nn::batch_norm_square_sums(d, z, channels, n, count, scratch, sums);
+}
+
+void LayerKernels::batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats,
+                                    const float* gamma, const float* beta, const float* residual,
+                                    lenet::Activation act, float* y) const {
+  nn::batch_norm_apply(d, z, channels, n, stats, gamma, beta, residual, act, y);
+}
+
+void LayerKernels::batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                                            const float* stats, ReductionScratch& scratch, float* sums,
+                                            float* dgamma, float* dbeta) const {
+  nn::batch_norm_backward_sums(d, dy, z, channels, n, stats, scratch, sums, dgamma, dbeta);
+}
+
+void LayerKernels::batch_norm_backward_input(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                                             const float* stats, const float* gamma, const float* sums, double count,
+                                             float* dz) const {
+  nn::batch_norm_backward_input(d, dy, z, channels, n, stats, gamma, sums, count, dz);
+}
+
+namespace {
+// The registry: made on first use (tables register from other files' static objects, whose
+// order of construction C++ leaves open), guarded because a table may register from any thread.
+struct Registry {
+  std::mutex mutex;
+  std::vector<const LayerKernels*> tables;
+  std::atomic<const LayerKernels*> chosen{nullptr};  // the program's choice; read by the devices' threads
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+const LayerKernels& reference_kernels() {
+  static const LayerKernels reference;
+  return reference;
+}
+
+void register_layer_kernels(const LayerKernels& k) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (std::string(k.name()) == reference_kernels().name())
+    throw mgpu::Error(std::string("register_layer_kernels: the name '") + k.name() + "' is the reference's");
+  for (const LayerKernels* t : r.tables)
+    if (std::string(t->name()) == k.name())
+      throw mgpu::Error(std::string("register_layer_kernels: a table named '") + k.name() + "' is registered already");
+  r.tables.push_back(&k);
+}
+
+std::vector<const LayerKernels*> registered_layer_kernels() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<const LayerKernels*> all{&reference_kernels()};
+  all.insert(all.end(), r.tables.begin(), r.tables.end());
+  return all;
+}
+
+const LayerKernels* find_layer_kernels(const std::string& name) {
+  for (const LayerKernels* k : registered_layer_kernels())
+    if (name == k->name()) return k;
+  return nullptr;
+}
+
+const LayerKernels& default_layer_kernels() {
+  for (const LayerKernels* k : registered_layer_kernels())
+    if (k->preferred_in_this_build()) return *k;
+  return reference_kernels();
+}
+
+void use_layer_kernels(const LayerKernels& k) { registry().chosen.store(&k, std::memory_order_relaxed); }
+
+const LayerKernels& layer_kernels() {
+  const LayerKernels* k = registry().chosen.load(std::memory_order_relaxed);
+  return k ? *k : reference_kernels();
 }
 
 }  // namespace nn

@@ -8,6 +8,11 @@
 // batch is one contiguous row of B*H*W values. A convolution is then one GEMM, and BatchNorm's
 // per-channel statistics are sums along rows.
 //
+// The network (resnet.cpp) does not call the convolution and BatchNorm functions below directly:
+// it calls them through a LayerKernels, the table at the end of this file, so that a later chapter
+// can hand in faster versions of the same jobs without this chapter knowing them. The functions
+// below are the reference: the readable version every faster one is checked against.
+//
 // Conventions, as in chapter 01: forward functions overwrite their outputs; backward functions
 // ADD parameter gradients into their dW, db, dgamma, dbeta and overwrite the input gradient.
 // Chapter 01's layers that need no change are used as they are: lenet::dense_forward /
@@ -17,6 +22,8 @@
 // LeNet could be written with this library.)
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "../01_lenet/layers.h"  // chapter 01's layers: ResNet reuses its dense layer, loss and ReLU
 #include "common/backend.h"  // MGPU_CUDA
@@ -24,21 +31,11 @@
 
 namespace nn {
 
+class LayerKernels;
+const LayerKernels& reference_kernels();  // the table of this file's functions (the end of this file)
+
 using lenet::ImageShape;
 using mgpu::Device;
-
-// --- which code does the hottest jobs: im2col, col2im, BatchNorm's three channel sums and its apply
-//   Reference  this library's functors (layers.cu): the readable version, and a CPU's fast one
-//   Raw        chapter 10's raw CUDA kernels (chapters/10_fast_kernels/kernels.h), the same
-//              results (the sums to within rounding) at several times the speed on a GPU; in the
-//              cpu build the same per-thread code runs on the CPU, correct but slow
-// One setting for the whole program, made before any layer runs. The library starts with
-// Reference; 09_resnet's --kernels chooses, by default kDefaultLayerKernels, each build's faster.
-enum class LayerKernels { Reference, Raw };
-inline constexpr LayerKernels kDefaultLayerKernels = MGPU_CUDA ? LayerKernels::Raw : LayerKernels::Reference;
-void use_layer_kernels(LayerKernels k);
-LayerKernels layer_kernels();
-const char* name_of(LayerKernels k);  // "reference", "raw"
 
 // --- convolution: kernel k x k, stride s, zero padding p on every side
 struct ConvShape {
@@ -58,18 +55,26 @@ void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* 
 // The adjoint: dx[c][b][y][x] = the sum of every col entry that copied x[c][b][y][x] (padding
 // entries go nowhere).
 void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx);
+// The same for `count` images of the batch, from image `first` on: col [Cin*k*k][count*Ho*Wo]
+// holds their columns only, and col2im_images overwrites their planes of dx only. im2col and
+// col2im are these with first = 0, count = B. (A convolution done a few images at a time, as
+// chapter 10's, unfolds one such slice into a small col that stays in cache.)
+void im2col_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count, float* col);
+void col2im_images(const Device& d, const float* col, ImageShape xs, ConvShape c, int first, int count, float* dx);
 
 // z [Cout][B][Ho][Wo] = W * im2col(x) + b, with W [Cout][Cin][k][k] and b [Cout]; col is scratch
-// of conv_col_size(xs, c) floats. No activation: in a ResNet a BatchNorm comes next.
+// of conv_col_size(xs, c) floats. No activation: in a ResNet a BatchNorm comes next. `layout`
+// does the unfolding (its im2col): this library's, or a faster table's (chapter 10's raw kernels).
 void conv2d_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
-                    float* col, float* z);
+                    float* col, float* z, const LayerKernels& layout = reference_kernels());
 // From dz [Cout][B][Ho][Wo] and the forward pass's input x: dW += dz col^T, db += dz ones,
 // dx = col2im(W^T dz) (dx == nullptr skips it). The backward pass unfolds x again into the
 // scratch col instead of keeping every layer's col from the forward pass: one more im2col per
 // layer against, for ResNet-18 at batch 256, 3.4 GB of unfolded inputs kept. dcol is scratch
 // of col's size; ones holds at least B*Ho*Wo values of 1.0f.
 void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
-                     const float* ones, float* col, float* dcol, float* dW, float* db, float* dx);
+                     const float* ones, float* col, float* dcol, float* dW, float* db, float* dx,
+                     const LayerKernels& layout = reference_kernels());
 // Floats of scratch one col (or dcol) needs: Cin*k*k * B*Ho*Wo.
 std::int64_t conv_col_size(ImageShape xs, ConvShape c);
 
@@ -81,11 +86,14 @@ std::int64_t conv_col_size(ImageShape xs, ConvShape c);
 // kSlices (S) is chosen per backend in one place, layers.cu: many on a GPU (to fill it with
 // threads), one on a CPU (a core then walks its channel's row in order).
 int reduction_slices();
-// Scratch for the sums of up to max_channels channels: [2][max_channels][reduction_slices()]
-// doubles, and at least the [2][max_channels][fast::kMaxSumBlocks] chapter 10's kernels take.
+// Scratch for the sums of up to max_channels channels: [2][max_channels][P] doubles, P the most
+// partial sums per channel any registered LayerKernels asks for (this library's: reduction_slices()).
 struct ReductionScratch {
   ReductionScratch(const Device& d, int max_channels);
-  int max_channels;
+  // The partials, for `channels` channels of `per_channel` partial sums each; mgpu::Error naming
+  // `call` if the scratch is too small for that.
+  double* partials_for(int channels, int per_channel, const char* call);
+  int max_channels, per_channel;
   mgpu::Buffer<double> partials;
 };
 
@@ -144,5 +152,68 @@ void batch_norm_backward_input(const Device& d, const float* dy, const float* z,
 void global_avg_pool_forward(const Device& d, const float* x, ImageShape xs, float* y);
 // dx [C][B][H][W] = dy[c][b] / (H*W) at every pixel of plane (c, b).
 void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, float* dx);
+
+// --- the table of layer kernels: what the network calls, and what a later chapter may replace
+//
+// resnet.cpp reaches the convolutions and BatchNorm only through the LayerKernels a program
+// chose (layer_kernels()). This class's own methods are the reference: each calls this library's
+// function of the same job, above. A later chapter derives from it, overrides the jobs it does
+// faster, and registers an instance (register_layer_kernels); 09_resnet --kernels NAME then runs
+// it. Chapter 10 registers "raw" (raw CUDA kernels for im2col, col2im and BatchNorm) and "tiled"
+// (the convolution a few images at a time, each slice's col in cache); this chapter knows
+// neither. Every table computes the same functions: a faster one is checked against this one.
+struct ConvScratch {  // a convolution's scratch: `floats` floats at `data`
+  float* data;
+  std::int64_t floats;
+};
+
+class LayerKernels {
+ public:
+  virtual ~LayerKernels() = default;
+  virtual const char* name() const { return "reference"; }
+  // Whether a program in this build runs this table when none is named: the fastest, measured.
+  virtual bool preferred_in_this_build() const { return false; }
+
+  // Convolution (conv2d_forward, conv2d_backward). The reference's plan: im2col, then GEMMs.
+  // Scratch floats conv_forward and conv_backward need for input xs on device d; callers hand
+  // them at least that much (the reference: col and dcol at full size).
+  virtual std::int64_t conv_scratch_floats(const Device& d, ImageShape xs, ConvShape c) const;
+  virtual void conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W,
+                            const float* b, ConvScratch scratch, float* z) const;
+  virtual void conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c,
+                             const float* W, const float* ones, ConvScratch scratch, float* dW, float* db,
+                             float* dx) const;
+  // The unfolding the reference's convolution calls: a table may replace only these.
+  virtual void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) const;
+  virtual void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) const;
+
+  // BatchNorm's kernels (the functions of the same names above).
+  virtual int sum_partials_per_channel() const;  // what a ReductionScratch must hold per channel and sum
+  virtual void batch_norm_sums(const Device& d, const float* z, int channels, std::int64_t n,
+                               ReductionScratch& scratch, float* sums) const;
+  virtual void batch_norm_square_sums(const Device& d, const float* z, int channels, std::int64_t n, double count,
+                                      ReductionScratch& scratch, float* sums) const;
+  virtual void batch_norm_apply(const Device& d, const float* z, int channels, std::int64_t n, const float* stats,
+                                const float* gamma, const float* beta, const float* residual, lenet::Activation act,
+                                float* y) const;
+  virtual void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, std::int64_t n,
+                                        const float* stats, ReductionScratch& scratch, float* sums, float* dgamma,
+                                        float* dbeta) const;
+  virtual void batch_norm_backward_input(const Device& d, const float* dy, const float* z, int channels,
+                                         std::int64_t n, const float* stats, const float* gamma, const float* sums,
+                                         double count, float* dz) const;
+};
+
+// The registry. A table registers itself once, at the program's start (a static object of the
+// chapter that defines it: chapter 10 links its tables into 09_resnet that way), and lives as
+// long as the program. Names are unique: a second table of a registered name is refused.
+void register_layer_kernels(const LayerKernels& k);
+std::vector<const LayerKernels*> registered_layer_kernels();  // the reference first, then in registration order
+const LayerKernels* find_layer_kernels(const std::string& name);  // nullptr if none has that name
+// The table a program runs when none is named: the one registered as this build's preferred, else the reference.
+const LayerKernels& default_layer_kernels();
+// The program's choice, made before any layer runs (the devices' threads read it); the reference until then.
+void use_layer_kernels(const LayerKernels& k);
+const LayerKernels& layer_kernels();
 
 }  // namespace nn

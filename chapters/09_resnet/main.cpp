@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
                 ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
                                                      : "per device (as d2l's nn.DataParallel)",
                 resnet::name_of(ro.collective).c_str(),
-                gemms.c_str(), nn::name_of(ro.kernels));
+                gemms.c_str(), ro.kernels->name());
     const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
     std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
                 data.test.count);
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
                      {"bn", ro.bn == resnet::BatchNormMode::Sync ? "sync" : "device", "device"},
                      {"allreduce", resnet::name_of(ro.collective), resnet::name_of(d.collective)},
                      {"precision", mgpu::to_string(precision), mgpu::to_string(d.precision)},
-                     {"kernels", nn::name_of(ro.kernels), nn::name_of(d.kernels)},
+                     {"kernels", ro.kernels->name(), d.kernels->name()},
                      {"profile", ro.profile ? "on" : "off", "off"}});
     const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
     mgpu::TrainingLog log(chapter.name, run, o, settings, o.devices, data.train.count);

@@ -118,10 +118,10 @@ i64 Network::max_activation(int batch) const {
   return most;
 }
 
-i64 Network::max_col(int batch) const {
+i64 Network::max_conv_scratch(const nn::LayerKernels& kernels, const Device& d, int batch) const {
   i64 most = 0;
   for (const Conv* c : convs())
-    most = std::max(most, nn::conv_col_size({c->shape.in_channels, batch, c->in_side, c->in_side}, c->shape));
+    most = std::max(most, kernels.conv_scratch_floats(d, {c->shape.in_channels, batch, c->in_side, c->in_side}, c->shape));
   return most;
 }
 
@@ -177,8 +177,7 @@ Replica::Replica(const Device& d, const Network& net, int B)
       dpooled(d, std::size_t(net.features) * B),
       loss(d, B),
       correct(d, B),
-      col(d, net.max_col(B)),
-      dcol(d, net.max_col(B)),
+      conv_scratch(d, net.max_conv_scratch(nn::layer_kernels(), d, B)),
       ones(d, std::size_t(B) * 28 * 28),
       reduction(d, net.max_channels),
       metrics(d) {
@@ -193,11 +192,11 @@ Replica::Replica(const Device& d, const Network& net, int B)
   grads.zero();  // the padding between tensors stays zero for good
 }
 
-std::int64_t Replica::bytes_needed(const Network& net, int B) {
+std::int64_t Replica::bytes_needed(const Device& d, const Network& net, int B) {
   i64 floats = 2 * net.param_floats + net.state_floats  // params, grads, state
                + i64(B) * 28 * 28 + i64(B) * 28 * 28    // the shard's images, ones
                + 2 * i64(net.features) * B + 2 * i64(10) * B + 2 * i64(B)  // pooled, dpooled, logits, dlogits, loss, correct
-               + 2 * net.max_col(B) + 3 * net.max_activation(B);           // col, dcol, grad
+               + net.max_conv_scratch(nn::layer_kernels(), d, B) + 3 * net.max_activation(B);  // scratch, grad
   for (const Conv* c : net.convs()) floats += i64(c->shape.out_channels) * B * c->out_side * c->out_side;
   for (const BatchNorm* b : net.batch_norms()) floats += i64(b->channels) * B * b->side * b->side + 4 * b->channels;
   return floats * i64(sizeof(float)) + i64(B) * i64(sizeof(std::int32_t));  // and the shard's labels
@@ -223,10 +222,15 @@ double total_values(Devices& s, int side) {
   return n * side * side;
 }
 
+// The program's table of layer kernels (layers.h): every convolution and BatchNorm goes through it.
+const nn::LayerKernels& kernels() { return nn::layer_kernels(); }
+
+nn::ConvScratch scratch_of(Replica& r) { return {r.conv_scratch.data(), static_cast<i64>(r.conv_scratch.size())}; }
+
 void conv_forward(Devices& s, const Conv& c, const std::function<const float*(Replica&)>& input) {
   for_each_replica(s, [&](Replica& r) {
-    nn::conv2d_forward(*r.device, input(r), shape_of(r, c.shape.in_channels, c.in_side), c.shape,
-                       r.param(s.net, c.weight), r.param(s.net, c.bias), r.col.data(), r.z[c.id].data());
+    kernels().conv_forward(*r.device, input(r), shape_of(r, c.shape.in_channels, c.in_side), c.shape,
+                           r.param(s.net, c.weight), r.param(s.net, c.bias), scratch_of(r), r.z[c.id].data());
   });
 }
 
@@ -250,11 +254,11 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
       // END EXERCISE ex09.sync_batch_norm
     };
     for_each_replica(s, [&](Replica& r) {
-      nn::batch_norm_sums(*r.device, r.z[conv.id].data(), C, values(r), r.reduction, r.bn_sums[bn.id].data());
+      kernels().batch_norm_sums(*r.device, r.z[conv.id].data(), C, values(r), r.reduction, r.bn_sums[bn.id].data());
     });
     if (sync) sum_over_devices(0);
     for_each_replica(s, [&](Replica& r) {
-      nn::batch_norm_square_sums(*r.device, r.z[conv.id].data(), C, values(r), count(r), r.reduction,
+      kernels().batch_norm_square_sums(*r.device, r.z[conv.id].data(), C, values(r), count(r), r.reduction,
                                  r.bn_sums[bn.id].data());
     });
     if (sync) sum_over_devices(1);
@@ -269,7 +273,7 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
     });
   }
   for_each_replica(s, [&](Replica& r) {
-    nn::batch_norm_apply(*r.device, r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
+    kernels().batch_norm_apply(*r.device, r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
                          r.param(s.net, bn.gamma), r.param(s.net, bn.beta), residual ? residual(r) : nullptr,
                          Activation::Relu, r.y[bn.id].data());
   });
@@ -282,7 +286,7 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
   const int C = bn.channels;
   auto values = [&](const Replica& r) { return i64(r.n) * bn.side * bn.side; };
   for_each_replica(s, [&](Replica& r) {
-    nn::batch_norm_backward_sums(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
+    kernels().batch_norm_backward_sums(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
                                  r.reduction, r.bn_sums[bn.id].data(), r.grad_of(s.net, bn.gamma),
                                  r.grad_of(s.net, bn.beta));
   });
@@ -298,7 +302,7 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
   }
   for_each_replica(s, [&](Replica& r) {
     const double count = sync ? total_values(s, bn.side) : double(values(r));
-    nn::batch_norm_backward_input(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
+    kernels().batch_norm_backward_input(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
                                   r.param(s.net, bn.gamma), r.bn_sums[bn.id].data(), count, dz(r));
   });
 }
@@ -307,9 +311,9 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
 void conv_backward(Devices& s, const Conv& c, const std::function<const float*(Replica&)>& dz,
                    const std::function<const float*(Replica&)>& input, const std::function<float*(Replica&)>& dx) {
   for_each_replica(s, [&](Replica& r) {
-    nn::conv2d_backward(*r.device, dz(r), input(r), shape_of(r, c.shape.in_channels, c.in_side), c.shape,
-                        r.param(s.net, c.weight), r.ones.data(), r.col.data(), r.dcol.data(),
-                        r.grad_of(s.net, c.weight), r.grad_of(s.net, c.bias), dx ? dx(r) : nullptr);
+    kernels().conv_backward(*r.device, dz(r), input(r), shape_of(r, c.shape.in_channels, c.in_side), c.shape,
+                            r.param(s.net, c.weight), r.ones.data(), scratch_of(r), r.grad_of(s.net, c.weight),
+                            r.grad_of(s.net, c.bias), dx ? dx(r) : nullptr);
   });
 }
 

@@ -79,10 +79,10 @@ struct Network {
   int conv_count = 0, bn_count = 0;
   int max_channels = 0;               // 8 * width
   std::int64_t parameter_count() const;  // without the padding
-  // For a shard of `batch` images: the largest activation (floats), and the largest unfolded
-  // input a convolution needs (conv_col_size).
+  // For a shard of `batch` images on device d: the largest activation (floats), and the most
+  // scratch any convolution asks of `kernels` (the reference: col and dcol at full size).
   std::int64_t max_activation(int batch) const;
-  std::int64_t max_col(int batch) const;
+  std::int64_t max_conv_scratch(const nn::LayerKernels& kernels, const Device& d, int batch) const;
   // Every convolution, in forward order.
   std::vector<const Conv*> convs() const;
   std::vector<const BatchNorm*> batch_norms() const;
@@ -113,12 +113,12 @@ enum class BatchNormMode { PerDevice, Sync };
 
 // Everything one device holds: the model, its gradients and running statistics (one flat
 // allocation each), the batch's shard, every activation of a forward pass for up to `capacity`
-// images, and scratch.
+// images, and scratch (the convolutions' as much as the program's LayerKernels asks for).
 struct Replica {
   Replica(const Device& d, const Network& net, int capacity);
-  // The bytes the constructor allocates (but for the reduction scratch and the metrics, a few KB):
-  // what a run checks against the devices' memory before it allocates anything.
-  static std::int64_t bytes_needed(const Network& net, int capacity);
+  // The bytes the constructor allocates on d (but for the reduction scratch and the metrics, a
+  // few KB): what a run checks against the devices' memory before it allocates anything.
+  static std::int64_t bytes_needed(const Device& d, const Network& net, int capacity);
   const Device* device;
   int capacity;
   mgpu::Buffer<float> params, grads, state;  // param_floats, param_floats, state_floats
@@ -134,7 +134,7 @@ struct Replica {
   mgpu::Buffer<float> pooled, logits, dlogits, dpooled;  // [8w][B], [10][B], [10][B], [8w][B]
   mgpu::Buffer<float> loss, correct;                     // [B] per example
   std::vector<mgpu::Buffer<float>> grad;  // 3 buffers of max_activation: the backward pass's gradients
-  mgpu::Buffer<float> col, dcol, ones;    // a convolution's scratch; ones [B*28*28]
+  mgpu::Buffer<float> conv_scratch, ones;  // the convolutions' scratch; ones [B*28*28]
   nn::ReductionScratch reduction;
   mgpu::Metrics metrics;
   float* param(const Network& net, int t) { return params.data() + net.params[t].offset; }

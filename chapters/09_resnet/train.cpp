@@ -53,7 +53,7 @@ std::size_t largest_sum(const Network& net) {
 // test sets, and the epoch's order.
 void check_memory(const mgpu::DeviceSet& devices, const Network& net, int capacity, const mgpu::FashionMnist& data) {
   const std::size_t images = std::size_t(data.train.count) + std::size_t(data.test.count);
-  const std::size_t per_device = std::size_t(Replica::bytes_needed(net, capacity)) +
+  const std::size_t per_device = std::size_t(Replica::bytes_needed(devices[0], net, capacity)) +
                                  std::size_t(net.param_floats) * sizeof(float) +
                                  images * (28 * 28 * sizeof(float) + sizeof(std::int32_t)) +
                                  std::size_t(data.train.count) * sizeof(std::int32_t);
@@ -206,13 +206,18 @@ void add_resnet_flags(CLI::App& app, ResnetOptions& ro) {
          "(chapter 06; fp32 accumulation either way); the cpu build computes in fp32 whatever is chosen")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
       ->default_str("fp32");
+  std::vector<std::string> tables;  // the registered tables' names
+  std::string described;
+  for (const nn::LayerKernels* k : nn::registered_layer_kernels()) {
+    tables.push_back(k->name());
+    described += std::string(described.empty() ? "" : ", ") + k->name();
+  }
   app.add_option_function<std::string>(
-         "--kernels",
-         [&ro](const std::string& v) { ro.kernels = v == "raw" ? nn::LayerKernels::Raw : nn::LayerKernels::Reference; },
-         "im2col, col2im and BatchNorm's three sums and apply: the layer library's functors (reference) or chapter 10's "
-         "raw CUDA kernels (raw; on a CPU the same code runs, slowly). Default: this build's faster one")
-      ->check(CLI::IsMember({"reference", "raw"}))
-      ->default_str(nn::name_of(nn::kDefaultLayerKernels));
+         "--kernels", [&ro](const std::string& v) { ro.kernels = nn::find_layer_kernels(v); },
+         "the table of layer kernels the convolutions and BatchNorm run: " + described +
+             " (reference: this chapter's; the others: chapter 10's). Default: this build's fastest")
+      ->check(CLI::IsMember(tables))
+      ->default_str(nn::default_layer_kernels().name());
   mgpu::add_on_off(app, "--profile", ro.profile,
                    "before training, time one step kernel by kernel on device 0 and print the table");
   app.add_option("--dump-step", ro.dump_step,
@@ -242,7 +247,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   mgpu::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  nn::use_layer_kernels(ro.kernels);
+  nn::use_layer_kernels(*ro.kernels);
   const int capacity = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
   check_memory(devices, net, capacity, data);
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
@@ -285,7 +290,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   mgpu::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  nn::use_layer_kernels(ro.kernels);
+  nn::use_layer_kernels(*ro.kernels);
   check_memory(devices, net, mgpu::shard_sizes(n, k)[0], data);
   std::vector<Replica> replicas =
       make_replicas(devices, net, mgpu::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
@@ -314,7 +319,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   mgpu::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  nn::use_layer_kernels(ro.kernels);
+  nn::use_layer_kernels(*ro.kernels);
   const std::vector<int> sizes = mgpu::shard_sizes(n, k);
   check_memory(devices, net, sizes[0], data);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);

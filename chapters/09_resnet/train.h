@@ -30,7 +30,8 @@ struct ResnetOptions {
   CollectiveKind collective = CollectiveKind::Ring;
   bool collective_given = false;  // --allreduce given (else: NCCL where it can run, the ring elsewhere)
   mgpu::GemmPrecision precision = mgpu::GemmPrecision::Fp32;  // --precision: the GEMMs' (cuda build)
-  nn::LayerKernels kernels = nn::kDefaultLayerKernels;        // --kernels: reference or chapter 10's raw
+  // --kernels: the table of layer kernels (layers.h): the reference, or one a later chapter registered
+  const nn::LayerKernels* kernels = &nn::default_layer_kernels();
   std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py
   bool profile = false;           // --profile on: one step, kernel by kernel, before training
 };

@@ -1,0 +1,83 @@
+// Chapter 10's two tables of layer kernels (tables.h), and their registration.
+#include "tables.h"
+
+#include "kernels.h"     // the raw kernels
+#include "tiled_conv.h"  // the tiled convolution
+
+namespace fast {
+namespace {
+
+using i64 = std::int64_t;
+
+class RawKernels : public nn::LayerKernels {
+ public:
+  const char* name() const override { return "raw"; }
+  bool preferred_in_this_build() const override { return mgpu::kCudaBackend; }
+  void im2col(const Device& d, const float* x, ImageShape xs, ConvShape c, float* col) const override {
+    im2col_raw(d, x, xs, c, col);
+  }
+  void col2im(const Device& d, const float* col, ImageShape xs, ConvShape c, float* dx) const override {
+    col2im_raw(d, col, xs, c, dx);
+  }
+  int sum_partials_per_channel() const override { return kMaxSumBlocks; }
+  void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, nn::ReductionScratch& scratch,
+                       float* sums) const override {
+    batch_norm_sums_raw(d, z, channels, n, scratch.partials_for(channels, kMaxSumBlocks, "batch_norm_sums"), sums);
+  }
+  void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
+                              nn::ReductionScratch& scratch, float* sums) const override {
+    if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums: no values to normalize over");
+    batch_norm_square_sums_raw(d, z, channels, n, count,
+                               scratch.partials_for(channels, kMaxSumBlocks, "batch_norm_square_sums"), sums);
+  }
+  void batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats, const float* gamma,
+                        const float* beta, const float* residual, lenet::Activation act, float* y) const override {
+    batch_norm_apply_raw(d, z, channels, n, stats, gamma, beta, residual, act, y);
+  }
+  void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                                const float* stats, nn::ReductionScratch& scratch, float* sums, float* dgamma,
+                                float* dbeta) const override {
+    batch_norm_backward_sums_raw(d, dy, z, channels, n, stats,
+                                 scratch.partials_for(channels, kMaxSumBlocks, "batch_norm_backward_sums"), sums,
+                                 dgamma, dbeta);
+  }
+};
+
+class TiledKernels : public nn::LayerKernels {
+ public:
+  const char* name() const override { return "tiled"; }
+  bool preferred_in_this_build() const override { return !mgpu::kCudaBackend; }
+  i64 conv_scratch_floats(const Device& d, ImageShape xs, ConvShape c) const override {
+    return plan_tiles(d, xs, c).scratch_floats();
+  }
+  void conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                    nn::ConvScratch scratch, float* z) const override {
+    tiled_conv_forward(d, x, xs, c, W, b, scratch, z);
+  }
+  void conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
+                     const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx) const override {
+    tiled_conv_backward(d, dz, x, xs, c, W, ones, scratch, dW, db, dx);
+  }
+};
+
+// Registered while the program starts, before main() (a static object's initializer, as a
+// doctest TEST_CASE registers itself): any program linked with this file offers both tables.
+[[maybe_unused]] const bool registered = [] {
+  nn::register_layer_kernels(raw_kernels());
+  nn::register_layer_kernels(tiled_kernels());
+  return true;
+}();
+
+}  // namespace
+
+const nn::LayerKernels& raw_kernels() {
+  static const RawKernels table;
+  return table;
+}
+
+const nn::LayerKernels& tiled_kernels() {
+  static const TiledKernels table;
+  return table;
+}
+
+}  // namespace fast

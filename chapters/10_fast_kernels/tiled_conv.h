@@ -1,0 +1,67 @@
+// Chapter 10's convolution for a CPU: chapter 09's im2col + GEMM done a few images at a time,
+// so that the unfolded input of one slice (a "tile" of col) is written into the core's cache,
+// read from there by the GEMM, and never goes out to memory at full size.
+//
+// Why. Chapter 09 unfolds the whole batch first: at stage 1 of a width-16 ResNet-18 that is col
+// [144][256*28*28], 115 MB, written by im2col and read back by the GEMM (twice a step: the
+// backward pass unfolds again, and col2im reads a dcol as large). On a 2-core machine that copies
+// at about 22 GB/s those bytes alone are 10-20 ms a convolution, and the GEMMs on 200,704-column
+// matrices stream them from memory too. A tile of one image is 144 x 784 floats, 451 KB: it fits
+// a core's 1 MB L2 cache, so the same unfolding costs cache bandwidth only. Same arithmetic, same
+// layout ([C][B][H][W] activations, chapter 09's), the same im2col and col2im functors (their
+// _images forms), a hundred times less scratch.
+//
+// How the work is shared. Each tile is a slice of whole images [first, first + count). A device's
+// lanes (common/parallel.h: on a CPU, one OpenMP thread each) take the tiles in turn, lane l the
+// tiles l, l + lanes, ...; inside a lane the GEMM runs single-threaded, on that core's tile.
+//   forward   per tile: im2col_images -> col tile [K][count*Ho*Wo] -> z's columns of those
+//             images = W col (a block of z: row length B*Ho*Wo); then z += b once
+//   backward  per tile: im2col_images again; dW += dz_tile col^T (lane 0 into dW, lane l > 0 into
+//             its own partial, added in at the end: two lanes never write one array); dcol tile
+//             = W^T dz_tile, folded back by col2im_images into those images' planes of dx
+//             (whole images: each plane of dx belongs to one tile, so no two lanes write it);
+//             then db += dz ones once
+// The sums of dW are taken tile by tile, so they differ from chapter 09's in the last bits
+// (test_fast_kernels: to within rounding); z and dx add the same products in the same order
+// per element as chapter 09's GEMMs do up to the BLAS's own blocking.
+#pragma once
+#include <cstdint>
+
+#include "../09_resnet/layers.h"  // ConvShape, ConvScratch, im2col_images, col2im_images
+#include "common/device.h"
+
+namespace fast {
+
+using lenet::ImageShape;
+using mgpu::Device;
+using nn::ConvShape;
+
+// The largest col tile, in floats: 128 Ki floats, 512 KB, half the 1 MB L2 cache of a core of the
+// 2-core machine this was measured on (the other half holds the GEMM's packed panels of W and of
+// the output); a tile is never less than one image. chapters/10_fast_kernels/README.md: the
+// measured step time at 64 KB to 4 MB.
+constexpr std::int64_t kTileFloats = std::int64_t(128) * 1024;
+
+// How tiled_conv cuts a batch of B images on a device: `images` a tile (the last one may have
+// fewer), `tiles` tiles shared among `lanes` lanes, and the scratch that takes.
+struct TilePlan {
+  int images = 1, tiles = 1, lanes = 1;
+  std::int64_t tile_floats = 0;     // one col tile: K * images * Ho*Wo
+  std::int64_t partial_floats = 0;  // one lane's share of dW (lanes 1..): Cout * K
+  // lanes x (col tile, dcol tile), then lanes - 1 partials of dW.
+  std::int64_t scratch_floats() const { return lanes * 2 * tile_floats + (lanes - 1) * partial_floats; }
+};
+// The plan for input xs on `lanes` lanes with tiles of at most tile_floats (at least one image).
+TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, std::int64_t tile_floats = kTileFloats);
+// The plan for device d: as many lanes as d has (lanes_per_device), kTileFloats.
+TilePlan plan_tiles(const Device& d, ImageShape xs, ConvShape c);
+
+// chapter 09's conv2d_forward and conv2d_backward (layers.h: the same arguments, the same
+// results), tile by tile; scratch holds plan_tiles(d, xs, c).scratch_floats() floats (else
+// mgpu::Error). dx == nullptr skips the input gradient.
+void tiled_conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                        nn::ConvScratch scratch, float* z);
+void tiled_conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
+                         const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx);
+
+}  // namespace fast
