@@ -22,9 +22,11 @@
 
 #include "chapters/09_resnet/layers.h"
 #include "chapters/10_fast_kernels/kernels.h"
+#include "chapters/10_fast_kernels/tiled_conv.h"
 #include "common/check.h"
 #include "common/device.h"
 #include "common/random.h"
+#include "common/vector_ops.h"  // fill
 #include "helpers.h"
 
 namespace {
@@ -570,4 +572,127 @@ TEST_CASE("raw kernels: batch_norm_apply_raw equals nn::batch_norm_apply, bit fo
         check_bitwise(y.download(), reference_apply(dev.d, in, with_residual, relu), "batch_norm_apply_raw");
       }
   }
+}
+
+// ---------------------------------------------------------------- the tiled convolution (CPU)
+// chapters/10_fast_kernels/tiled_conv.h: chapter 09's convolution done a few images at a time on
+// a device's lanes. Held against chapter 09's conv2d_forward and conv2d_backward at the shapes
+// above, for batches that do and do not divide into tiles, with one image a tile and with
+// several, on one lane and on as many as the device has.
+
+TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every lane with work") {
+  const ImageShape xs{16, 256, 28, 28};
+  const ConvShape c{16, 16, 3, 1, 1};  // stage 1 of a width-16 ResNet-18: K = 144, 784 pixels an image
+  const std::int64_t per_image = 144 * 784;
+  const fast::TilePlan one = fast::plan_tiles(2, xs, c);  // kTileFloats: one image a tile
+  CHECK(one.images == std::max<std::int64_t>(1, fast::kTileFloats / per_image));
+  CHECK(one.tiles == (256 + one.images - 1) / one.images);
+  CHECK(one.lanes == 2);
+  CHECK(one.tile_floats == per_image * one.images);
+  CHECK(one.partial_floats == 16 * 144);
+  CHECK(one.scratch_floats() == 2 * 2 * one.tile_floats + one.partial_floats);
+  // A tile smaller than an image still holds one; a huge one holds no more than a lane's share.
+  CHECK(fast::plan_tiles(2, xs, c, 1).images == 1);
+  const fast::TilePlan huge = fast::plan_tiles(3, xs, c, std::int64_t(1) << 40);
+  CHECK(huge.images == 86);  // ceil(256 / 3)
+  CHECK(huge.tiles == 3);
+  CHECK(huge.lanes == 3);
+  // Fewer tiles than lanes: only as many lanes as tiles (one image, four lanes).
+  const fast::TilePlan single = fast::plan_tiles(4, {16, 1, 28, 28}, c);
+  CHECK(single.tiles == 1);
+  CHECK(single.lanes == 1);
+  CHECK(single.scratch_floats() == 2 * single.tile_floats);
+  CHECK_THROWS_WITH_AS(fast::plan_tiles(0, xs, c), doctest::Contains("needs lanes, a tile size and a batch"),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {16, 0, 28, 28}, c), doctest::Contains("needs lanes, a tile size and a batch"),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {8, 4, 28, 28}, c), doctest::Contains("8 channels"), mgpu::Error);
+}
+
+TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_forward and conv2d_backward") {
+  Device1 dev;
+  mgpu::Rng rng(1210);
+  const int most_lanes = mgpu::lanes_per_device(dev.d);
+  for (ConvCase cc : conv_cases()) {
+    for (const int batch : {1, 3, 5}) {
+      cc.xs.batch = batch;
+      const ImageShape zs = nn::conv_output_shape(cc.xs, cc.c);
+      const std::int64_t K = std::int64_t(cc.c.in_channels) * cc.c.kernel * cc.c.kernel;
+      const std::int64_t per_image = K * zs.height * zs.width;
+      const auto x = testing::on_device(dev.d, testing::random_floats(cc.xs.size(), rng));
+      const auto W = testing::on_device(dev.d, testing::random_floats(std::size_t(cc.c.out_channels) * K, rng));
+      const auto b = testing::on_device(dev.d, testing::random_floats(cc.c.out_channels, rng));
+      const auto dz = testing::on_device(dev.d, testing::random_floats(zs.size(), rng));
+      const std::vector<float> dW0 = testing::random_floats(std::size_t(cc.c.out_channels) * K, rng),
+                               db0 = testing::random_floats(cc.c.out_channels, rng);
+      mgpu::Buffer<float> ones(dev.d, std::size_t(zs.batch) * zs.height * zs.width);
+      mgpu::fill(dev.d, ones.data(), std::int64_t(ones.size()), 1.0f);
+      // The reference: chapter 09's whole-batch im2col and GEMMs (dW and db accumulate into dW0, db0).
+      const std::int64_t col_size = nn::conv_col_size(cc.xs, cc.c);
+      mgpu::Buffer<float> col(dev.d, col_size), dcol(dev.d, col_size), z_ref = testing::poisoned(dev.d, zs.size()),
+          dx_ref = testing::poisoned(dev.d, cc.xs.size());
+      auto dW_ref = testing::on_device(dev.d, dW0), db_ref = testing::on_device(dev.d, db0);
+      nn::conv2d_forward(dev.d, x.data(), cc.xs, cc.c, W.data(), b.data(), col.data(), z_ref.data());
+      nn::conv2d_backward(dev.d, dz.data(), x.data(), cc.xs, cc.c, W.data(), ones.data(), col.data(), dcol.data(),
+                          dW_ref.data(), db_ref.data(), dx_ref.data());
+      const std::vector<float> z_want = z_ref.download(), dx_want = dx_ref.download(), dW_want = dW_ref.download(),
+                               db_want = db_ref.download();
+      REQUIRE(testing::has_nonzero(dx_want));
+      // One image a tile, two, and the whole batch in one; one lane and every lane.
+      for (const std::int64_t tile : {std::int64_t(1), 2 * per_image, std::int64_t(1) << 40})
+        for (const int lanes : {1, most_lanes}) {
+          const fast::TilePlan plan = fast::plan_tiles(lanes, cc.xs, cc.c, tile);
+          CAPTURE(label(cc));
+          CAPTURE(batch);
+          CAPTURE(plan.images);
+          CAPTURE(plan.lanes);
+          mgpu::Buffer<float> scratch = testing::poisoned(dev.d, plan.scratch_floats());
+          mgpu::Buffer<float> z = testing::poisoned(dev.d, zs.size()), dx = testing::poisoned(dev.d, cc.xs.size());
+          auto dW = testing::on_device(dev.d, dW0), db = testing::on_device(dev.d, db0);
+          const nn::ConvScratch s{scratch.data(), plan.scratch_floats()};
+          fast::tiled_conv_forward(dev.d, plan, x.data(), cc.xs, cc.c, W.data(), b.data(), s, z.data());
+          fast::tiled_conv_backward(dev.d, plan, dz.data(), x.data(), cc.xs, cc.c, W.data(), ones.data(), s,
+                                    dW.data(), db.data(), dx.data());
+          // Sums of up to a few hundred products: the tiles add dW's in another order.
+          testing::check_close(z.download(), ref::to_double(z_want), 1e-5, "z");
+          testing::check_close(dx.download(), ref::to_double(dx_want), 1e-5, "dx");
+          testing::check_close(dW.download(), ref::to_double(dW_want), 1e-5, "dW (added to what it held)");
+          testing::check_close(db.download(), ref::to_double(db_want), 1e-5, "db (added to what it held)");
+          // Without dx: the parameter gradients only, dx untouched.
+          mgpu::Buffer<float> untouched = testing::poisoned(dev.d, cc.xs.size());
+          const std::vector<float> poison = untouched.download();
+          auto dW2 = testing::on_device(dev.d, dW0), db2 = testing::on_device(dev.d, db0);
+          fast::tiled_conv_backward(dev.d, plan, dz.data(), x.data(), cc.xs, cc.c, W.data(), ones.data(), s,
+                                    dW2.data(), db2.data(), nullptr);
+          testing::check_close(dW2.download(), ref::to_double(dW_want), 1e-5, "dW without dx");
+          testing::check_equal(untouched.download(), poison, "a dx nobody asked for");
+        }
+    }
+  }
+}
+
+TEST_CASE("tiled convolution: scratch smaller than the plan, and a plan for another convolution, are refused") {
+  Device1 dev;
+  const ImageShape xs{3, 4, 7, 5};
+  const ConvShape c{3, 4, 3, 1, 1};
+  const fast::TilePlan plan = fast::plan_tiles(1, xs, c, 1);
+  mgpu::Buffer<float> big(dev.d, 4096);
+  const nn::ConvScratch short_scratch{big.data(), plan.scratch_floats() - 1};
+  CHECK_THROWS_WITH_AS(fast::tiled_conv_forward(dev.d, plan, big.data(), xs, c, big.data(), big.data(), short_scratch,
+                                                big.data()),
+                       doctest::Contains("tiled_conv_forward: scratch of"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::tiled_conv_backward(dev.d, plan, big.data(), big.data(), xs, c, big.data(), big.data(),
+                                                 short_scratch, big.data(), big.data(), big.data()),
+                       doctest::Contains("tiled_conv_backward: scratch of"), mgpu::Error);
+  const fast::TilePlan other = fast::plan_tiles(1, {3, 4, 9, 9}, c, 1);  // made for a larger image
+  const nn::ConvScratch enough{big.data(), 4096};
+  CHECK_THROWS_WITH_AS(fast::tiled_conv_forward(dev.d, other, big.data(), xs, c, big.data(), big.data(), enough,
+                                                big.data()),
+                       doctest::Contains("is not one for this convolution on this device"), mgpu::Error);
+  fast::TilePlan too_many_lanes = plan;
+  too_many_lanes.lanes = mgpu::lanes_per_device(dev.d) + 1;
+  CHECK_THROWS_WITH_AS(fast::tiled_conv_forward(dev.d, too_many_lanes, big.data(), xs, c, big.data(), big.data(),
+                                                enough, big.data()),
+                       doctest::Contains("is not one for this convolution on this device"), mgpu::Error);
+  mgpu::synchronize(dev.d);
 }

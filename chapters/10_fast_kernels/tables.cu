@@ -52,11 +52,11 @@ class TiledKernels : public nn::LayerKernels {
   }
   void conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
                     nn::ConvScratch scratch, float* z) const override {
-    tiled_conv_forward(d, x, xs, c, W, b, scratch, z);
+    tiled_conv_forward(d, plan_tiles(d, xs, c), x, xs, c, W, b, scratch, z);
   }
   void conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
                      const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx) const override {
-    tiled_conv_backward(d, dz, x, xs, c, W, ones, scratch, dW, db, dx);
+    tiled_conv_backward(d, plan_tiles(d, xs, c), dz, x, xs, c, W, ones, scratch, dW, db, dx);
   }
 };
 

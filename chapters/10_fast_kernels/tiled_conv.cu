@@ -29,7 +29,17 @@ ConvSizes sizes_of(ImageShape xs, ConvShape c) {
   return {c.in_channels * c.kernel * c.kernel, zs.height * zs.width, zs.batch * zs.height * zs.width};
 }
 
-void check_scratch(const TilePlan& plan, nn::ConvScratch scratch, const char* call) {
+// Refuses (mgpu::Error naming `call`) a plan made for another convolution or for more lanes than
+// d has, and scratch smaller than the plan needs.
+void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape c, nn::ConvScratch scratch,
+                const char* call) {
+  const TilePlan fresh = plan_tiles(plan.lanes, xs, c, plan.tile_floats);
+  // (A plan for this convolution, remade with its own lanes and tile size, comes out the same.)
+  if (plan.lanes > mgpu::lanes_per_device(d) || plan.lanes != fresh.lanes || plan.images != fresh.images ||
+      plan.tiles != fresh.tiles || plan.tile_floats != fresh.tile_floats || plan.partial_floats != fresh.partial_floats)
+    throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
+                      std::to_string(plan.tiles) + " tiles, " + std::to_string(plan.lanes) +
+                      " lanes) is not one for this convolution on this device");
   if (scratch.floats < plan.scratch_floats())
     throw mgpu::Error(std::string(call) + ": scratch of " + std::to_string(scratch.floats) + " floats, " +
                       std::to_string(plan.scratch_floats()) + " needed");
@@ -71,10 +81,9 @@ TilePlan plan_tiles(const Device& d, ImageShape xs, ConvShape c) {
   return plan_tiles(mgpu::lanes_per_device(d), xs, c);
 }
 
-void tiled_conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
-                        nn::ConvScratch scratch, float* z) {
-  const TilePlan plan = plan_tiles(d, xs, c);
-  check_scratch(plan, scratch, "tiled_conv_forward");
+void tiled_conv_forward(const Device& d, const TilePlan& plan, const float* x, ImageShape xs, ConvShape c,
+                        const float* W, const float* b, nn::ConvScratch scratch, float* z) {
+  check_plan(d, plan, xs, c, scratch, "tiled_conv_forward");
   const ConvSizes s = sizes_of(xs, c);
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
     float* col = scratch.data + lane * 2 * plan.tile_floats;  // [K][count*Q]: this tile's unfolded images
@@ -88,10 +97,10 @@ void tiled_conv_forward(const Device& d, const float* x, ImageShape xs, ConvShap
   lenet::bias_activation(d, z, b, c.out_channels, s.P, lenet::Activation::None);
 }
 
-void tiled_conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
-                         const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx) {
-  const TilePlan plan = plan_tiles(d, xs, c);
-  check_scratch(plan, scratch, "tiled_conv_backward");
+void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz, const float* x, ImageShape xs,
+                         ConvShape c, const float* W, const float* ones, nn::ConvScratch scratch, float* dW, float* db,
+                         float* dx) {
+  check_plan(d, plan, xs, c, scratch, "tiled_conv_backward");
   const ConvSizes s = sizes_of(xs, c);
   float* partials = scratch.data + plan.lanes * 2 * plan.tile_floats;  // [lanes - 1][Cout][K]
   mgpu::fill(d, partials, (plan.lanes - 1) * plan.partial_floats, 0.0f);

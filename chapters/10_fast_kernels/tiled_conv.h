@@ -57,11 +57,13 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, std::int64_t tile_flo
 TilePlan plan_tiles(const Device& d, ImageShape xs, ConvShape c);
 
 // chapter 09's conv2d_forward and conv2d_backward (layers.h: the same arguments, the same
-// results), tile by tile; scratch holds plan_tiles(d, xs, c).scratch_floats() floats (else
-// mgpu::Error). dx == nullptr skips the input gradient.
-void tiled_conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
-                        nn::ConvScratch scratch, float* z);
-void tiled_conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
-                         const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx);
+// results), tile by tile as `plan` cuts the batch (a plan for xs and c, with at most
+// lanes_per_device(d) lanes); scratch holds plan.scratch_floats() floats (else mgpu::Error).
+// dx == nullptr skips the input gradient. (chapter 10's "tiled" table passes plan_tiles(d, xs, c).)
+void tiled_conv_forward(const Device& d, const TilePlan& plan, const float* x, ImageShape xs, ConvShape c,
+                        const float* W, const float* b, nn::ConvScratch scratch, float* z);
+void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz, const float* x, ImageShape xs,
+                         ConvShape c, const float* W, const float* ones, nn::ConvScratch scratch, float* dW, float* db,
+                         float* dx);
 
 }  // namespace fast
