@@ -584,15 +584,22 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   const ImageShape xs{16, 256, 28, 28};
   const ConvShape c{16, 16, 3, 1, 1};  // stage 1 of a width-16 ResNet-18: K = 144, 784 pixels an image
   const std::int64_t per_image = 144 * 784;
-  const fast::TilePlan one = fast::plan_tiles(2, xs, c);  // kTileFloats: one image a tile
-  CHECK(one.images == std::max<std::int64_t>(1, fast::kTileFloats / per_image));
-  CHECK(one.tiles == (256 + one.images - 1) / one.images);
-  CHECK(one.lanes == 2);
-  CHECK(one.tile_floats == per_image * one.images);
-  CHECK(one.partial_floats == 16 * 144);
-  CHECK(one.scratch_floats() == 2 * 2 * one.tile_floats + one.partial_floats);
-  // A tile smaller than an image still holds one; a huge one holds no more than a lane's share.
-  CHECK(fast::plan_tiles(2, xs, c, 1).images == 1);
+  // The defaults: as many images as kTileFloats hold, at least kMinTileColumns columns' worth.
+  const fast::TilePlan plan = fast::plan_tiles(2, xs, c);
+  const std::int64_t for_columns = (fast::kMinTileColumns + 783) / 784;
+  CHECK(plan.images == std::max<std::int64_t>({1, fast::kTileFloats / per_image, for_columns}));
+  CHECK(plan.tiles == (256 + plan.images - 1) / plan.images);
+  CHECK(plan.lanes == 2);
+  CHECK(plan.tile_floats == per_image * plan.images);
+  CHECK(plan.partial_floats == 16 * 144);
+  CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + plan.partial_floats);
+  // A tile smaller than an image, and no column minimum, still holds one image; a column minimum
+  // of 1,000 needs two 28x28 images, and 64 4x4 ones.
+  CHECK(fast::plan_tiles(2, xs, c, 1, 1).images == 1);
+  CHECK(fast::plan_tiles(2, xs, c, 1, 1000).images == 2);
+  CHECK(fast::plan_tiles(2, {16, 256, 4, 4}, c, 1, 1000).images == 63);
+  CHECK(fast::plan_tiles(2, {16, 256, 4, 4}, c, 1, 1024).images == 64);
+  // A huge tile holds no more than a lane's share.
   const fast::TilePlan huge = fast::plan_tiles(3, xs, c, std::int64_t(1) << 40);
   CHECK(huge.images == 86);  // ceil(256 / 3)
   CHECK(huge.tiles == 3);
@@ -602,9 +609,11 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   CHECK(single.tiles == 1);
   CHECK(single.lanes == 1);
   CHECK(single.scratch_floats() == 2 * single.tile_floats);
-  CHECK_THROWS_WITH_AS(fast::plan_tiles(0, xs, c), doctest::Contains("needs lanes, a tile size and a batch"),
+  CHECK_THROWS_WITH_AS(fast::plan_tiles(0, xs, c), doctest::Contains("plan_tiles: needs lanes, a tile size, a column minimum and a batch"),
                        mgpu::Error);
-  CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {16, 0, 28, 28}, c), doctest::Contains("needs lanes, a tile size and a batch"),
+  CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {16, 0, 28, 28}, c), doctest::Contains("plan_tiles: needs lanes, a tile size, a column minimum and a batch"),
+                       mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::plan_tiles(2, xs, c, 1, 0), doctest::Contains("plan_tiles: needs lanes, a tile size, a column minimum and a batch"),
                        mgpu::Error);
   CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {8, 4, 28, 28}, c), doctest::Contains("8 channels"), mgpu::Error);
 }
@@ -641,7 +650,7 @@ TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_for
       // One image a tile, two, and the whole batch in one; one lane and every lane.
       for (const std::int64_t tile : {std::int64_t(1), 2 * per_image, std::int64_t(1) << 40})
         for (const int lanes : {1, most_lanes}) {
-          const fast::TilePlan plan = fast::plan_tiles(lanes, cc.xs, cc.c, tile);
+          const fast::TilePlan plan = fast::plan_tiles(lanes, cc.xs, cc.c, tile, 1);
           CAPTURE(label(cc));
           CAPTURE(batch);
           CAPTURE(plan.images);
@@ -675,7 +684,7 @@ TEST_CASE("tiled convolution: scratch smaller than the plan, and a plan for anot
   Device1 dev;
   const ImageShape xs{3, 4, 7, 5};
   const ConvShape c{3, 4, 3, 1, 1};
-  const fast::TilePlan plan = fast::plan_tiles(1, xs, c, 1);
+  const fast::TilePlan plan = fast::plan_tiles(1, xs, c, 1, 1);
   mgpu::Buffer<float> big(dev.d, 4096);
   const nn::ConvScratch short_scratch{big.data(), plan.scratch_floats() - 1};
   CHECK_THROWS_WITH_AS(fast::tiled_conv_forward(dev.d, plan, big.data(), xs, c, big.data(), big.data(), short_scratch,
@@ -684,7 +693,7 @@ TEST_CASE("tiled convolution: scratch smaller than the plan, and a plan for anot
   CHECK_THROWS_WITH_AS(fast::tiled_conv_backward(dev.d, plan, big.data(), big.data(), xs, c, big.data(), big.data(),
                                                  short_scratch, big.data(), big.data(), big.data()),
                        doctest::Contains("tiled_conv_backward: scratch of"), mgpu::Error);
-  const fast::TilePlan other = fast::plan_tiles(1, {3, 4, 9, 9}, c, 1);  // made for a larger image
+  const fast::TilePlan other = fast::plan_tiles(1, {3, 4, 9, 9}, c, 1, 1);  // made for a larger image
   const nn::ConvScratch enough{big.data(), 4096};
   CHECK_THROWS_WITH_AS(fast::tiled_conv_forward(dev.d, other, big.data(), xs, c, big.data(), big.data(), enough,
                                                 big.data()),

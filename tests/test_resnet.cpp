@@ -362,7 +362,8 @@ TEST_CASE("layer kernels: three SGD steps with every registered table follow the
   const HostBatch b = random_batch(8, 37);
   for (const nn::LayerKernels* table : tables) {
     if (table == &nn::reference_kernels()) continue;
-    CAPTURE(table->name());
+    const std::string name = table->name();
+    CAPTURE(name);
     nn::use_layer_kernels(nn::reference_kernels());
     Model reference(1, 2, 8, BatchNormMode::PerDevice);
     nn::use_layer_kernels(*table);
@@ -377,7 +378,7 @@ TEST_CASE("layer kernels: three SGD steps with every registered table follow the
         mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
       }
     const std::vector<float> got = fast.replicas[0].params.download(), want = reference.replicas[0].params.download();
-    MESSAGE("three steps: " << table->name() << " differs from the reference by " << relative_difference(got, want)
+    MESSAGE("three steps: " << std::string(table->name()) << " differs from the reference by " << relative_difference(got, want)
                             << " of the scale");
     CHECK(relative_difference(got, want) < 1e-6);
     CHECK(relative_difference(want, reference.params) > 1e-3);  // the parameters did move

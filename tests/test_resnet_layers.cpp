@@ -842,7 +842,8 @@ TEST_CASE("the per-channel reduction: at least one slice; scratch too small for 
   z.zero(), dy.zero(), stats.zero(), dgamma.zero(), dbeta.zero();
   // The same refusals whichever table does the sums (09_resnet --kernels NAME).
   for (const nn::LayerKernels* k : tables) {
-    CAPTURE(k->name());
+    const std::string name = k->name();
+    CAPTURE(name);
     CHECK_THROWS_WITH_AS(k->batch_norm_sums(d, z.data(), 3, n, scratch, sums.data()),
                          doctest::Contains("3 channels, scratch for 2"), mgpu::Error);
     CHECK_THROWS_AS(k->batch_norm_backward_sums(d, dy.data(), z.data(), 3, n, stats.data(), scratch, sums.data(),

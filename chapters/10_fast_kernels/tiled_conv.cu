@@ -33,10 +33,11 @@ ConvSizes sizes_of(ImageShape xs, ConvShape c) {
 // d has, and scratch smaller than the plan needs.
 void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape c, nn::ConvScratch scratch,
                 const char* call) {
-  const TilePlan fresh = plan_tiles(plan.lanes, xs, c, plan.tile_floats);
-  // (A plan for this convolution, remade with its own lanes and tile size, comes out the same.)
-  if (plan.lanes > mgpu::lanes_per_device(d) || plan.lanes != fresh.lanes || plan.images != fresh.images ||
-      plan.tiles != fresh.tiles || plan.tile_floats != fresh.tile_floats || plan.partial_floats != fresh.partial_floats)
+  const ConvSizes s = sizes_of(xs, c);
+  const bool fits = plan.images >= 1 && plan.tiles == ceil_div(xs.batch, plan.images) && plan.lanes >= 1 &&
+                    plan.lanes <= std::min(plan.tiles, mgpu::lanes_per_device(d)) &&
+                    plan.tile_floats == i64(s.K) * s.Q * plan.images && plan.partial_floats == i64(c.out_channels) * s.K;
+  if (!fits)
     throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
                       std::to_string(plan.tiles) + " tiles, " + std::to_string(plan.lanes) +
                       " lanes) is not one for this convolution on this device");
@@ -59,17 +60,20 @@ void for_each_tile(const Device& d, const TilePlan& plan, int batch, F f) {
 
 }  // namespace
 
-TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats) {
+TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int min_columns) {
   nn::check_channels(xs, c, "plan_tiles");
-  if (lanes < 1 || tile_floats < 1 || xs.batch < 1)
-    throw mgpu::Error("plan_tiles: needs lanes, a tile size and a batch of at least 1 (got " + std::to_string(lanes) +
-                      ", " + std::to_string(tile_floats) + ", " + std::to_string(xs.batch) + ")");
+  if (lanes < 1 || tile_floats < 1 || xs.batch < 1 || min_columns < 1)
+    throw mgpu::Error("plan_tiles: needs lanes, a tile size, a column minimum and a batch of at least 1 (got " +
+                      std::to_string(lanes) + ", " + std::to_string(tile_floats) + ", " + std::to_string(min_columns) +
+                      ", " + std::to_string(xs.batch) + ")");
   const ConvSizes s = sizes_of(xs, c);
   const i64 per_image = i64(s.K) * s.Q;  // one image's col
   TilePlan plan;
-  // As many images as the tile holds, at least one, and no more than an even share of the batch
-  // (so that every lane gets work).
-  plan.images = static_cast<int>(std::clamp<i64>(tile_floats / per_image, 1, ceil_div(xs.batch, lanes)));
+  // As many images as the tile holds, and at least enough for kMinTileColumns columns (one image
+  // at the least); no more than an even share of the batch, so that every lane gets work.
+  const i64 for_columns = ceil_div(min_columns, s.Q);
+  plan.images = static_cast<int>(
+      std::clamp<i64>(std::max(tile_floats / per_image, for_columns), 1, ceil_div(xs.batch, lanes)));
   plan.tiles = ceil_div(xs.batch, plan.images);
   plan.lanes = std::min(lanes, plan.tiles);
   plan.tile_floats = per_image * plan.images;

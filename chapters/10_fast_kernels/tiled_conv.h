@@ -41,6 +41,15 @@ using nn::ConvShape;
 // the output); a tile is never less than one image. chapters/10_fast_kernels/README.md: the
 // measured step time at 64 KB to 4 MB.
 constexpr std::int64_t kTileFloats = std::int64_t(128) * 1024;
+// The fewest output columns (images x Ho*Wo) a tile has, whatever its size. Every tile's GEMMs
+// read all of W and read and write all of dW, Cout x K floats (2.4 M at stage 4 of a width-64
+// net: 9.4 MB), for 2 * Cout * K * columns FLOP; with few columns that traffic, not arithmetic,
+// sets the pace. With one-image tiles (16 columns at stage 4) a width-64 step was slower than the
+// whole-batch plan. Against one-image tiles, tiles of at least 256 columns took 0.89 of the time
+// and of at least 1024 columns 0.80, 2048 no less than 1024; with 1024 the tiled run took 0.89 of
+// the whole-batch plan's (three steps and the program around them, alternating runs, medians of
+// 4). So a tile at 4x4 holds at least 64 images, one at 28x28 at least 2.
+constexpr int kMinTileColumns = 1024;
 
 // How tiled_conv cuts a batch of B images on a device: `images` a tile (the last one may have
 // fewer), `tiles` tiles shared among `lanes` lanes, and the scratch that takes.
@@ -51,9 +60,11 @@ struct TilePlan {
   // lanes x (col tile, dcol tile), then lanes - 1 partials of dW.
   std::int64_t scratch_floats() const { return lanes * 2 * tile_floats + (lanes - 1) * partial_floats; }
 };
-// The plan for input xs on `lanes` lanes with tiles of at most tile_floats (at least one image).
-TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, std::int64_t tile_floats = kTileFloats);
-// The plan for device d: as many lanes as d has (lanes_per_device), kTileFloats.
+// The plan for input xs on `lanes` lanes: as many images a tile as tile_floats hold, but at
+// least min_columns output columns' worth and at least one image.
+TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, std::int64_t tile_floats = kTileFloats,
+                    int min_columns = kMinTileColumns);
+// The plan for device d: as many lanes as d has (lanes_per_device), kTileFloats, kMinTileColumns.
 TilePlan plan_tiles(const Device& d, ImageShape xs, ConvShape c);
 
 // chapter 09's conv2d_forward and conv2d_backward (layers.h: the same arguments, the same
