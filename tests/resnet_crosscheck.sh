@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Chapter 09 against PyTorch: one training step of 09_resnet, dumped (--dump-step) and checked
 # tensor by tensor by chapters/09_resnet/crosscheck.py, on one device, on two with SyncBN and on
-# three with BatchNorm per device (uneven shards). Skipped (exit 77) where Debian's python3
-# cannot import torch (apt-get install python3-torch).
+# three with BatchNorm per device (uneven shards), on the build's default table of layer kernels;
+# then on one device with each table 09_resnet offers (--kernels). Skipped (exit 77) where
+# Debian's python3 cannot import torch (apt-get install python3-torch).
 #   tests/resnet_crosscheck.sh BUILD_DIR SCRATCH_DIR
 set -euo pipefail
 build=$1 scratch=$2
@@ -22,3 +23,6 @@ check() {  # check NAME ARGS...: dump one step with ARGS, then compare it with P
 check one_device
 check two_devices_sync --devices 2 --bn sync
 check three_devices_per_device --devices 3 --bn device --batch-size 25
+for table in reference raw tiled; do
+  check "one_device_$table" --kernels "$table"
+done

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
         precision == mgpu::GemmPrecision::Fp32
             ? (ro.precision == mgpu::GemmPrecision::Fp32 ? "fp32" : "fp32 (--precision chooses for GPUs only)")
             : std::string(mgpu::to_string(precision)) + " inputs on tensor cores";
-    std::printf("BatchNorm statistics: %s; collective: %s; GEMMs: %s; layout and BatchNorm kernels: %s\n",
+    std::printf("BatchNorm statistics: %s; collective: %s; GEMMs: %s; layer kernels: %s\n",
                 ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
                                                      : "per device (as d2l's nn.DataParallel)",
                 resnet::name_of(ro.collective).c_str(),
