@@ -378,8 +378,8 @@ TEST_CASE("layer kernels: three SGD steps with every registered table follow the
         mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), m->net.param_floats, 0.1f / 8);
       }
     const std::vector<float> got = fast.replicas[0].params.download(), want = reference.replicas[0].params.download();
-    MESSAGE("three steps: " << std::string(table->name()) << " differs from the reference by " << relative_difference(got, want)
-                            << " of the scale");
+    MESSAGE("three steps: " << std::string(table->name()) << " differs from the reference by "
+                            << relative_difference(got, want) << " of the scale");
     CHECK(relative_difference(got, want) < 1e-6);
     CHECK(relative_difference(want, reference.params) > 1e-3);  // the parameters did move
     const std::vector<float> got_state = fast.replicas[0].state.download(),

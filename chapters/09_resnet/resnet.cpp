@@ -121,7 +121,8 @@ i64 Network::max_activation(int batch) const {
 i64 Network::max_conv_scratch(const nn::LayerKernels& kernels, const Device& d, int batch) const {
   i64 most = 0;
   for (const Conv* c : convs())
-    most = std::max(most, kernels.conv_scratch_floats(d, {c->shape.in_channels, batch, c->in_side, c->in_side}, c->shape));
+    most = std::max(most,
+                    kernels.conv_scratch_floats(d, {c->shape.in_channels, batch, c->in_side, c->in_side}, c->shape));
   return most;
 }
 
@@ -196,7 +197,8 @@ std::int64_t Replica::bytes_needed(const Device& d, const Network& net, int B) {
   i64 floats = 2 * net.param_floats + net.state_floats  // params, grads, state
                + i64(B) * 28 * 28 + i64(B) * 28 * 28    // the shard's images, ones
                + 2 * i64(net.features) * B + 2 * i64(10) * B + 2 * i64(B)  // pooled, dpooled, logits, dlogits, loss, correct
-               + net.max_conv_scratch(nn::layer_kernels(), d, B) + 3 * net.max_activation(B);  // scratch, grad
+               + net.max_conv_scratch(nn::layer_kernels(), d, B)  // the convolutions' scratch
+               + 3 * net.max_activation(B);                       // grad
   for (const Conv* c : net.convs()) floats += i64(c->shape.out_channels) * B * c->out_side * c->out_side;
   for (const BatchNorm* b : net.batch_norms()) floats += i64(b->channels) * B * b->side * b->side + 4 * b->channels;
   return floats * i64(sizeof(float)) + i64(B) * i64(sizeof(std::int32_t));  // and the shard's labels
@@ -259,7 +261,7 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
     if (sync) sum_over_devices(0);
     for_each_replica(s, [&](Replica& r) {
       kernels().batch_norm_square_sums(*r.device, r.z[conv.id].data(), C, values(r), count(r), r.reduction,
-                                 r.bn_sums[bn.id].data());
+                                       r.bn_sums[bn.id].data());
     });
     if (sync) sum_over_devices(1);
     for_each_replica(s, [&](Replica& r) {
@@ -274,8 +276,8 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
   }
   for_each_replica(s, [&](Replica& r) {
     kernels().batch_norm_apply(*r.device, r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
-                         r.param(s.net, bn.gamma), r.param(s.net, bn.beta), residual ? residual(r) : nullptr,
-                         Activation::Relu, r.y[bn.id].data());
+                               r.param(s.net, bn.gamma), r.param(s.net, bn.beta), residual ? residual(r) : nullptr,
+                               Activation::Relu, r.y[bn.id].data());
   });
 }
 
@@ -287,8 +289,8 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
   auto values = [&](const Replica& r) { return i64(r.n) * bn.side * bn.side; };
   for_each_replica(s, [&](Replica& r) {
     kernels().batch_norm_backward_sums(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
-                                 r.reduction, r.bn_sums[bn.id].data(), r.grad_of(s.net, bn.gamma),
-                                 r.grad_of(s.net, bn.beta));
+                                       r.reduction, r.bn_sums[bn.id].data(), r.grad_of(s.net, bn.gamma),
+                                       r.grad_of(s.net, bn.beta));
   });
   const bool sync = s.bn == BatchNormMode::Sync && s.replicas.size() > 1;
   if (sync) {
@@ -303,7 +305,7 @@ void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, cons
   for_each_replica(s, [&](Replica& r) {
     const double count = sync ? total_values(s, bn.side) : double(values(r));
     kernels().batch_norm_backward_input(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
-                                  r.param(s.net, bn.gamma), r.bn_sums[bn.id].data(), count, dz(r));
+                                        r.param(s.net, bn.gamma), r.bn_sums[bn.id].data(), count, dz(r));
   });
 }
 

@@ -36,7 +36,8 @@ void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape 
   const ConvSizes s = sizes_of(xs, c);
   const bool fits = plan.images >= 1 && plan.tiles == ceil_div(xs.batch, plan.images) && plan.lanes >= 1 &&
                     plan.lanes <= std::min(plan.tiles, mgpu::lanes_per_device(d)) &&
-                    plan.tile_floats == i64(s.K) * s.Q * plan.images && plan.partial_floats == i64(c.out_channels) * s.K;
+                    plan.tile_floats == i64(s.K) * s.Q * plan.images &&
+                    plan.partial_floats == i64(c.out_channels) * s.K;
   if (!fits)
     throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
                       std::to_string(plan.tiles) + " tiles, " + std::to_string(plan.lanes) +
