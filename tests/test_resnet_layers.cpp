@@ -851,6 +851,8 @@ TEST_CASE("the per-channel reduction: at least one slice; scratch too small for 
                     mgpu::Error);
     CHECK_THROWS_AS(k->batch_norm_square_sums(d, z.data(), 3, n, double(n), scratch, sums.data()), mgpu::Error);
     CHECK_NOTHROW(k->batch_norm_sums(d, z.data(), 2, n, scratch, sums.data()));  // 2 channels fit
+    CHECK_THROWS_WITH_AS(k->batch_norm_square_sums(d, z.data(), 2, n, 0.0, scratch, sums.data()),
+                         doctest::Contains("no values to normalize over"), mgpu::Error);
   }
   mgpu::synchronize(d);
 }
