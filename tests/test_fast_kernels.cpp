@@ -10,6 +10,9 @@
 //
 // The cases named "raw kernels: *" call the launchers and compare end to end: on a GPU in the
 // cuda build (ctest runs them alone too, as fast_kernels_on_gpu), on the CPU in the cpu build.
+//
+// The cases named "tiled convolution: *" and "blocked sums: *" hold the CPU's table ("tiled":
+// tiled_conv.h, blocked_sums.h) against chapter 09's functions the same way.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "chapters/09_resnet/layers.h"
+#include "chapters/10_fast_kernels/blocked_sums.h"
 #include "chapters/10_fast_kernels/kernels.h"
 #include "chapters/10_fast_kernels/tiled_conv.h"
 #include "common/check.h"
@@ -49,6 +53,8 @@ std::vector<ConvCase> conv_cases() {
       {{3, 2, 7, 5}, {3, 2, 5, 1, 2}},   // 5x5, padding 2
       {{2, 1, 3, 3}, {2, 2, 3, 1, 1}},   // every window touches the padding
       {{3, 2, 9, 6}, {3, 2, 2, 2, 1}},   // an even kernel with padding: windows past the edge
+      {{4, 3, 5, 6}, {4, 2, 3, 1, 1}},   // fewer output channels than input ones
+      {{2, 2, 4, 3}, {2, 3, 1, 1, 0}},   // 1x1, stride 1: the unfolding is a copy
   };
 }
 std::string label(const ConvCase& cc) {
@@ -592,7 +598,19 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   CHECK(plan.lanes == 2);
   CHECK(plan.tile_floats == per_image * plan.images);
   CHECK(plan.partial_floats == 16 * 144);
-  CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + plan.partial_floats);
+  // Stride 1, 28 -> 28: dx is a convolution of dz, whose unfolded tile is as large as col here
+  // (Cout = Cin), and W flipped takes one more partial's room.
+  CHECK(plan.dx_by_convolution);
+  CHECK(plan.dcol_floats == plan.tile_floats);
+  CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + 2 * plan.partial_floats);
+  // Stride 2: dcol and col2im, as chapter 09; twice the channels out: dz's unfolding is the larger.
+  const fast::TilePlan halving = fast::plan_tiles(2, xs, {16, 32, 3, 2, 1});
+  CHECK_FALSE(halving.dx_by_convolution);
+  CHECK(halving.dcol_floats == halving.tile_floats);
+  CHECK(halving.scratch_floats() == 2 * 2 * halving.tile_floats + halving.partial_floats);
+  const fast::TilePlan widening = fast::plan_tiles(2, xs, {16, 32, 3, 1, 1});
+  CHECK(widening.dx_by_convolution);
+  CHECK(widening.dcol_floats == 2 * widening.tile_floats);
   // A tile smaller than an image, and no column minimum, still holds one image; a column minimum
   // of 1,000 needs two 28x28 images, and 64 4x4 ones.
   CHECK(fast::plan_tiles(2, xs, c, 1, 1).images == 1);
@@ -608,12 +626,49 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   const fast::TilePlan single = fast::plan_tiles(4, {16, 1, 28, 28}, c);
   CHECK(single.tiles == 1);
   CHECK(single.lanes == 1);
-  CHECK(single.scratch_floats() == 2 * single.tile_floats);
+  CHECK(single.scratch_floats() == 2 * single.tile_floats + single.partial_floats);  // + W flipped
   const char* refused = "plan_tiles: needs lanes, a tile size, a column minimum and a batch";
   CHECK_THROWS_WITH_AS(fast::plan_tiles(0, xs, c), doctest::Contains(refused), mgpu::Error);
   CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {16, 0, 28, 28}, c), doctest::Contains(refused), mgpu::Error);
   CHECK_THROWS_WITH_AS(fast::plan_tiles(2, xs, c, 1, 0), doctest::Contains(refused), mgpu::Error);
   CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {8, 4, 28, 28}, c), doctest::Contains("8 channels"), mgpu::Error);
+}
+
+TEST_CASE("tiled convolution: im2col_shifted_images is chapter 09's im2col_images, bit for bit, for every slice") {
+  // The shifted copy reads neighbouring rows and images before it zeroes them: every slice of
+  // every batch, so that the first and last images (where the copy is clamped) are among them.
+  Device1 dev;
+  mgpu::Rng rng(1211);
+  int compared = 0;
+  for (const ConvCase& cc : conv_cases()) {
+    CAPTURE(label(cc));
+    CHECK(fast::unfolds_by_shifting(cc.xs, cc.c) == (cc.c.stride == 1 && 2 * cc.c.padding == cc.c.kernel - 1));
+    if (!fast::unfolds_by_shifting(cc.xs, cc.c)) {
+      mgpu::Buffer<float> any(dev.d, 1);
+      CHECK_THROWS_WITH_AS(fast::im2col_shifted_images(dev.d, any.data(), cc.xs, cc.c, 0, 1, any.data()),
+                           doctest::Contains("im2col_shifted_images: needs stride 1"), mgpu::Error);
+      continue;
+    }
+    ImageShape xs = cc.xs;
+    xs.batch = 4;
+    const auto x = testing::on_device(dev.d, testing::random_floats(xs.size(), rng));
+    const ImageShape zs = nn::conv_output_shape(xs, cc.c);
+    const std::int64_t per_image = std::int64_t(cc.c.in_channels) * cc.c.kernel * cc.c.kernel * zs.height * zs.width;
+    for (int first = 0; first < xs.batch; ++first)
+      for (int count = 1; first + count <= xs.batch; ++count) {
+        CAPTURE(first);
+        CAPTURE(count);
+        auto want = testing::poisoned(dev.d, per_image * count), got = testing::poisoned(dev.d, per_image * count);
+        nn::im2col_images(dev.d, x.data(), xs, cc.c, first, count, want.data());
+        fast::im2col_shifted_images(dev.d, x.data(), xs, cc.c, first, count, got.data());
+        check_bitwise(got.download(), want.download(), "im2col_shifted_images " + label(cc));
+        ++compared;
+      }
+    mgpu::Buffer<float> any(dev.d, 1);
+    CHECK_THROWS_WITH_AS(fast::im2col_shifted_images(dev.d, any.data(), xs, cc.c, 3, 2, any.data()),
+                         doctest::Contains("im2col_shifted_images: images 3..4 of a batch of 4"), mgpu::Error);
+  }
+  CHECK(compared == 5 * 10);  // five convolutions qualify, ten slices of four images each
 }
 
 TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_forward and conv2d_backward") {
@@ -660,7 +715,8 @@ TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_for
           fast::tiled_conv_forward(dev.d, plan, x.data(), cc.xs, cc.c, W.data(), b.data(), s, z.data());
           fast::tiled_conv_backward(dev.d, plan, dz.data(), x.data(), cc.xs, cc.c, W.data(), ones.data(), s,
                                     dW.data(), db.data(), dx.data());
-          // Sums of up to a few hundred products: the tiles add dW's in another order.
+          // Sums of up to a few hundred products: the tiles add dW's in another order, and dx
+          // (stride 1, same size) is the flipped convolution's sum, in its order.
           testing::check_close(z.download(), ref::to_double(z_want), 1e-5, "z");
           testing::check_close(dx.download(), ref::to_double(dx_want), 1e-5, "dx");
           testing::check_close(dW.download(), ref::to_double(dW_want), 1e-5, "dW (added to what it held)");
@@ -702,4 +758,75 @@ TEST_CASE("tiled convolution: scratch smaller than the plan, and a plan for anot
                                                 enough, big.data()),
                        doctest::Contains("is not one for this convolution on this device"), mgpu::Error);
   mgpu::synchronize(dev.d);
+}
+
+// ---------------------------------------------------------------- the blocked sums (CPU)
+// chapters/10_fast_kernels/blocked_sums.h: the tiled table's BatchNorm sums, a block of kBlock
+// values at a time in kLanes partial sums, and the statistics in one read (Chan's merge of the
+// blocks). Rows shorter than a block, of one block, one value either side of it, and of several
+// blocks with a ragged end; then the hard case, values in [999, 1001), where E[z^2] - E[z]^2
+// in float keeps no correct digit.
+
+TEST_CASE("blocked sums: the tiled table's sums match chapter 09's within 1e-6 of their scale") {
+  Device1 dev;
+  mgpu::Rng rng(1212);
+  const int C = 3;
+  for (const std::int64_t n : {std::int64_t(1), std::int64_t(7), std::int64_t(fast::kBlock - 1),
+                               std::int64_t(fast::kBlock), std::int64_t(fast::kBlock + 1),
+                               std::int64_t(3 * fast::kBlock + 5), std::int64_t(12544)}) {
+    CAPTURE(n);
+    const TermSumsCase t(C, n, rng);
+    const std::vector<std::vector<float>> want = term_sums_reference(dev.d, t);
+    const auto z = testing::on_device(dev.d, t.z), dy = testing::on_device(dev.d, t.dy),
+               stats = testing::on_device(dev.d, t.stats);
+    auto dgamma = testing::on_device(dev.d, t.dgamma), dbeta = testing::on_device(dev.d, t.dbeta);
+    // The two passes (SyncBN's): sum z, then the squares about sums[0] / n.
+    auto passes = testing::poisoned(dev.d, 2 * C), moments = testing::poisoned(dev.d, 2 * C),
+         back = testing::poisoned(dev.d, 2 * C);
+    fast::batch_norm_sums_blocked(dev.d, z.data(), C, n, passes.data());
+    fast::batch_norm_square_sums_blocked(dev.d, z.data(), C, n, double(n), passes.data());
+    fast::batch_norm_moments_blocked(dev.d, z.data(), C, n, moments.data());
+    fast::batch_norm_backward_sums_blocked(dev.d, dy.data(), z.data(), C, n, stats.data(), back.data(),
+                                           dgamma.data(), dbeta.data());
+    const std::vector<float> p = passes.download(), m = moments.download(), b = back.download();
+    for (int c = 0; c < C; ++c) {
+      CAPTURE(c);
+      double mass = 0;
+      for (std::int64_t j = 0; j < n; ++j) mass += std::abs(t.z[c * n + j]);
+      CHECK(std::abs(double(p[c]) - t.sums0[c]) <= 1e-7 * mass);  // sum z, both ways
+      CHECK(std::abs(double(m[c]) - t.sums0[c]) <= 1e-7 * mass);
+    }
+    const auto half = [&](const std::vector<float>& v, int h) {
+      return std::vector<float>(v.begin() + h * C, v.begin() + (h + 1) * C);
+    };
+    check_term_sums({half(p, 1), half(b, 0), half(b, 1), dgamma.download(), dbeta.download()}, want, t,
+                    "two passes, backward sums");
+    check_term_sums({half(m, 1), want[1], want[2], want[3], want[4]}, want, t, "moments in one read");
+  }
+  mgpu::Buffer<float> any(dev.d, 2 * C);
+  CHECK_THROWS_WITH_AS(fast::batch_norm_moments_blocked(dev.d, any.data(), C, 0, any.data()),
+                       doctest::Contains("batch_norm_moments_blocked: no values to normalize over"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(fast::batch_norm_square_sums_blocked(dev.d, any.data(), C, 1, 0.0, any.data()),
+                       doctest::Contains("no values to normalize over"), mgpu::Error);
+}
+
+TEST_CASE("blocked sums: the statistics in one read keep their digits far from zero (values in [999, 1001))") {
+  Device1 dev;
+  mgpu::Rng rng(1213);
+  const int C = 2;
+  const std::int64_t n = 300001;  // 146 blocks and a ragged end
+  const std::vector<float> z = testing::random_floats(std::size_t(C) * n, rng, 999.0, 1001.0);
+  const auto z_d = testing::on_device(dev.d, z);
+  auto sums = testing::poisoned(dev.d, 2 * C);
+  fast::batch_norm_moments_blocked(dev.d, z_d.data(), C, n, sums.data());
+  const std::vector<float> got = sums.download();
+  for (int c = 0; c < C; ++c) {
+    CAPTURE(c);
+    double mean = 0, m2 = 0;  // two passes in double: the exact answer to ~1e-12
+    for (std::int64_t j = 0; j < n; ++j) mean += z[c * n + j];
+    mean /= double(n);
+    for (std::int64_t j = 0; j < n; ++j) m2 += (z[c * n + j] - mean) * (z[c * n + j] - mean);
+    CHECK(std::abs(double(got[C + c]) - m2) <= 1e-6 * m2);  // about n/3: a variance of 1/3
+    CHECK(std::abs(double(got[c]) - mean * double(n)) <= 1e-7 * mean * double(n));
+  }
 }

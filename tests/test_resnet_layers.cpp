@@ -850,6 +850,10 @@ TEST_CASE("the per-channel reduction: at least one slice; scratch too small for 
                                                 dgamma.data(), dbeta.data()),
                     mgpu::Error);
     CHECK_THROWS_AS(k->batch_norm_square_sums(d, z.data(), 3, n, double(n), scratch, sums.data()), mgpu::Error);
+    CHECK_THROWS_WITH_AS(k->batch_norm_moments(d, z.data(), 3, n, scratch, sums.data()),
+                         doctest::Contains("3 channels, scratch for 2"), mgpu::Error);
+    CHECK_THROWS_WITH_AS(k->batch_norm_moments(d, z.data(), 2, 0, scratch, sums.data()),
+                         doctest::Contains("no values to normalize over"), mgpu::Error);
     CHECK_NOTHROW(k->batch_norm_sums(d, z.data(), 2, n, scratch, sums.data()));  // 2 channels fit
     CHECK_THROWS_WITH_AS(k->batch_norm_square_sums(d, z.data(), 2, n, 0.0, scratch, sums.data()),
                          doctest::Contains("no values to normalize over"), mgpu::Error);

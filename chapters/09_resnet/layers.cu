@@ -324,6 +324,12 @@ void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n
                kF * channels * n);
 }
 
+void batch_norm_moments(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch,
+                        float* sums) {
+  batch_norm_sums(d, z, channels, n, scratch, sums);
+  batch_norm_square_sums(d, z, channels, n, double(n), scratch, sums);
+}
+
 namespace {
 // Item: one channel c: its batch statistics from the sums, and one step of its running ones.
 struct Statistics {
@@ -548,6 +554,13 @@ void LayerKernels::batch_norm_sums(const Device& d, const float* z, int channels
 void LayerKernels::batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
                                           ReductionScratch& scratch, float* sums) const {
   nn::batch_norm_square_sums(d, z, channels, n, count, scratch, sums);
+}
+
+void LayerKernels::batch_norm_moments(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch,
+                                      float* sums) const {
+  // This table's own two passes (a table that overrides only those gets them here too).
+  batch_norm_sums(d, z, channels, n, scratch, sums);
+  batch_norm_square_sums(d, z, channels, n, double(n), scratch, sums);
 }
 
 void LayerKernels::batch_norm_apply(const Device& d, const float* z, int channels, i64 n, const float* stats,

@@ -255,15 +255,22 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
       s.allreduce.run(sums, mgpu::Elements{std::size_t(C)});
       // END EXERCISE ex09.sync_batch_norm
     };
-    for_each_replica(s, [&](Replica& r) {
-      kernels().batch_norm_sums(*r.device, r.z[conv.id].data(), C, values(r), r.reduction, r.bn_sums[bn.id].data());
-    });
-    if (sync) sum_over_devices(0);
-    for_each_replica(s, [&](Replica& r) {
-      kernels().batch_norm_square_sums(*r.device, r.z[conv.id].data(), C, values(r), count(r), r.reduction,
-                                       r.bn_sums[bn.id].data());
-    });
-    if (sync) sum_over_devices(1);
+    if (sync) {  // the mean of every device's values first, then the squares about it
+      for_each_replica(s, [&](Replica& r) {
+        kernels().batch_norm_sums(*r.device, r.z[conv.id].data(), C, values(r), r.reduction, r.bn_sums[bn.id].data());
+      });
+      sum_over_devices(0);
+      for_each_replica(s, [&](Replica& r) {
+        kernels().batch_norm_square_sums(*r.device, r.z[conv.id].data(), C, values(r), count(r), r.reduction,
+                                         r.bn_sums[bn.id].data());
+      });
+      sum_over_devices(1);
+    } else {  // each device its own: both sums in one call (one read of z where the table can)
+      for_each_replica(s, [&](Replica& r) {
+        kernels().batch_norm_moments(*r.device, r.z[conv.id].data(), C, values(r), r.reduction,
+                                     r.bn_sums[bn.id].data());
+      });
+    }
     for_each_replica(s, [&](Replica& r) {
       nn::batch_norm_statistics(*r.device, r.bn_sums[bn.id].data(), count(r), C, kBatchNormEps, kBatchNormMomentum,
                                 running_mean(r), running_var(r), r.bn_stats[bn.id].data());

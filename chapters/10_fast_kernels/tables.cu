@@ -1,8 +1,9 @@
 // Chapter 10's two tables of layer kernels (tables.h), and their registration.
 #include "tables.h"
 
-#include "kernels.h"     // the raw kernels
-#include "tiled_conv.h"  // the tiled convolution
+#include "blocked_sums.h"  // BatchNorm's sums block by block
+#include "kernels.h"       // the raw kernels
+#include "tiled_conv.h"    // the tiled convolution
 
 namespace fast {
 namespace {
@@ -56,6 +57,30 @@ class TiledKernels : public nn::LayerKernels {
   void conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
                      const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx) const override {
     tiled_conv_backward(d, plan_tiles(d, xs, c), dz, x, xs, c, W, ones, scratch, dW, db, dx);
+  }
+  // BatchNorm's sums block by block (blocked_sums.h). They need no partial sums, but refuse a
+  // ReductionScratch made for fewer channels as every table does: the caller's bug shows with
+  // whichever table it runs.
+  void batch_norm_sums(const Device& d, const float* z, int channels, i64 n, nn::ReductionScratch& scratch,
+                       float* sums) const override {
+    scratch.partials_for(channels, 0, "batch_norm_sums");
+    batch_norm_sums_blocked(d, z, channels, n, sums);
+  }
+  void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n, double count,
+                              nn::ReductionScratch& scratch, float* sums) const override {
+    scratch.partials_for(channels, 0, "batch_norm_square_sums");
+    batch_norm_square_sums_blocked(d, z, channels, n, count, sums);
+  }
+  void batch_norm_moments(const Device& d, const float* z, int channels, i64 n, nn::ReductionScratch& scratch,
+                          float* sums) const override {
+    scratch.partials_for(channels, 0, "batch_norm_moments");
+    batch_norm_moments_blocked(d, z, channels, n, sums);
+  }
+  void batch_norm_backward_sums(const Device& d, const float* dy, const float* z, int channels, i64 n,
+                                const float* stats, nn::ReductionScratch& scratch, float* sums, float* dgamma,
+                                float* dbeta) const override {
+    scratch.partials_for(channels, 0, "batch_norm_backward_sums");
+    batch_norm_backward_sums_blocked(d, dy, z, channels, n, stats, sums, dgamma, dbeta);
   }
 };
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/gemm.h"
-#include "common/parallel.h"    // for_each_lane
+#include "common/parallel.h"    // for_each_lane, for_each_span, for_each_index
 #include "common/vector_ops.h"  // fill, add_into
 
 namespace fast {
@@ -29,6 +29,13 @@ ConvSizes sizes_of(ImageShape xs, ConvShape c) {
   return {c.in_channels * c.kernel * c.kernel, zs.height * zs.width, zs.batch * zs.height * zs.width};
 }
 
+// Rows of the backward pass's second tile: dz unfolded (Cout*k*k) where dx is a convolution of
+// dz, else dcol (K = Cin*k*k).
+int second_tile_rows(ImageShape xs, ConvShape c) {
+  const int K = c.in_channels * c.kernel * c.kernel;
+  return unfolds_by_shifting(xs, c) ? std::max(K, c.out_channels * c.kernel * c.kernel) : K;
+}
+
 // Refuses (mgpu::Error naming `call`) a plan made for another convolution or for more lanes than
 // d has, and scratch smaller than the plan needs.
 void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape c, nn::ConvScratch scratch,
@@ -36,7 +43,9 @@ void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape 
   const ConvSizes s = sizes_of(xs, c);
   const bool fits = plan.images >= 1 && plan.tiles == ceil_div(xs.batch, plan.images) && plan.lanes >= 1 &&
                     plan.lanes <= std::min(plan.tiles, mgpu::lanes_per_device(d)) &&
+                    plan.dx_by_convolution == unfolds_by_shifting(xs, c) &&
                     plan.tile_floats == i64(s.K) * s.Q * plan.images &&
+                    plan.dcol_floats == i64(second_tile_rows(xs, c)) * s.Q * plan.images &&
                     plan.partial_floats == i64(c.out_channels) * s.K;
   if (!fits)
     throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
@@ -59,6 +68,94 @@ void for_each_tile(const Device& d, const TilePlan& plan, int batch, F f) {
   });
 }
 
+// Item: one row r = (c, ky, kx) of a col tile, [count][H][W] (im2col_images' layout), for a
+// stride-1 convolution whose output is as large as its input (2p == k - 1). Then window (ky, kx)
+// of output pixel (oy, ox) reads pixel (oy + dy, ox + dx), dy = ky - p, dx = kx - p: the whole
+// row is the slice's plane of channel c, x[c][first..first+count)[H][W] (contiguous), read at a
+// constant offset dy*W + dx. So: one long contiguous copy at that offset, then zeros where the
+// shifted read left its own image (|dy| rows an image, |dx| columns a row), where the copy took a
+// neighbouring row's or image's pixel. Chapter 09's Im2col does the same, row by row.
+MGPU_HD inline int clamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }  // for lo <= hi
+
+struct Im2colShifted {
+  const float* x;
+  float* col;
+  int B, first, count, H, W, k, p;
+  MGPU_HD void operator()(i64 r, int begin, int end) const {
+    const int c = int(r / (k * k)), dy = int(r / k % k) - p, dx = int(r % k) - p;
+    const float* plane = x + (i64(c) * B + first) * H * W;  // = &x[c][first][0][0], count*H*W floats
+    float* dst = col + r * count * H * W;                    // = &col[r][0][0][0]
+    const int n = count * H * W, shift = dy * W + dx;
+    // 1. dst[e] = plane[e + shift] wherever e + shift lies in the slice, 0 elsewhere.
+    const int lo = clamp(-shift, begin, end), hi = clamp(n - shift, lo, end);
+    for (int e = begin; e < lo; ++e) dst[e] = 0.0f;
+    for (int e = lo; e < hi; ++e) dst[e] = plane[e + shift];  // a copy the compiler vectorizes
+    for (int e = hi; e < end; ++e) dst[e] = 0.0f;
+    // 2. Zeros where the pixel read was not (oy + dy, ox + dx) of its own image. The padding rows
+    // (|dy| whole rows an image) are one short run each; the border columns (|dx| a row) are
+    // strided stores down the rows. (Not a loop over rows that zeroes a few floats in each: the
+    // compiler makes each of those a call to memset, and those calls were most of this kernel.)
+    const int first_row = begin / W, last_row = (end - 1) / W;  // rows j*H + oy of the segment
+    for (int j = first_row / H; j <= last_row / H; ++j) {
+      const int pad_begin = (j * H + (dy < 0 ? 0 : H - dy)) * W, pad_end = pad_begin + (dy < 0 ? -dy : dy) * W;
+      for (int e = clamp(pad_begin, begin, end); e < clamp(pad_end, begin, end); ++e) dst[e] = 0.0f;
+    }
+    const int border_begin = dx < 0 ? 0 : W - dx, border_end = dx < 0 ? -dx : W;  // the columns ox
+    for (int ox = border_begin; ox < border_end; ++ox)
+      for (int row = first_row; row <= last_row; ++row) {
+        const int e = row * W + ox;
+        if (e >= begin && e < end) dst[e] = 0.0f;
+      }
+  }
+};
+
+}  // namespace
+
+bool unfolds_by_shifting(ImageShape xs, ConvShape c) {
+  return c.stride == 1 && 2 * c.padding == c.kernel - 1 && xs.height > 0 && xs.width > 0;
+}
+
+void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count,
+                           float* col) {
+  nn::check_channels(xs, c, "im2col_shifted_images");
+  if (!unfolds_by_shifting(xs, c))
+    throw mgpu::Error("im2col_shifted_images: needs stride 1 and an output as large as the input (2p = k - 1); got k" +
+                      std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" + std::to_string(c.padding));
+  if (first < 0 || count < 0 || first > xs.batch - count)
+    throw mgpu::Error("im2col_shifted_images: images " + std::to_string(first) + ".." +
+                      std::to_string(i64(first) + count - 1) + " of a batch of " + std::to_string(xs.batch));
+  const int rows = c.in_channels * c.kernel * c.kernel, span = count * xs.height * xs.width;
+  mgpu::for_each_span(d, rows, span,
+                      Im2colShifted{x, col, xs.batch, first, count, xs.height, xs.width, c.kernel, c.padding},
+                      2.0 * sizeof(float) * double(rows) * span);
+}
+
+namespace {
+// Item i = (ci, co, t) of W flipped, [Cin][Cout][k*k]: W[co][ci] with its k*k taps reversed.
+// Pixel (y, x) of dx gets W[co][ci][ky][kx] * dz[co][y + p - ky][x + p - kx]: a convolution of dz
+// (padding p again, as 2p = k - 1) whose tap (ky', kx') = (k-1-ky, k-1-kx), from ci's side.
+struct FlipWeights {
+  const float* W;  // [Cout][Cin][k*k]
+  float* flipped;  // [Cin][Cout][k*k]
+  int Cin, Cout, kk;
+  MGPU_HD void operator()(i64 i) const {
+    const i64 ci = i / (i64(Cout) * kk), co = i / kk % Cout, t = i % kk;
+    flipped[i] = W[(co * Cin + ci) * kk + (kk - 1 - t)];
+  }
+};
+void flip_weights(const Device& d, const float* W, ConvShape c, float* flipped) {
+  const int kk = c.kernel * c.kernel;
+  const i64 n = i64(c.in_channels) * c.out_channels * kk;
+  mgpu::for_each_index(d, n, FlipWeights{W, flipped, c.in_channels, c.out_channels, kk}, 2.0 * sizeof(float) * n);
+}
+
+// The unfolding a tile uses: the shifted copy where it applies, chapter 09's im2col elsewhere.
+void unfold_tile(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count, float* col) {
+  if (unfolds_by_shifting(xs, c))
+    im2col_shifted_images(d, x, xs, c, first, count, col);
+  else
+    nn::im2col_images(d, x, xs, c, first, count, col);
+}
 }  // namespace
 
 TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int min_columns) {
@@ -77,7 +174,9 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int 
       std::clamp<i64>(std::max(tile_floats / per_image, for_columns), 1, ceil_div(xs.batch, lanes)));
   plan.tiles = ceil_div(xs.batch, plan.images);
   plan.lanes = std::min(lanes, plan.tiles);
+  plan.dx_by_convolution = unfolds_by_shifting(xs, c);
   plan.tile_floats = per_image * plan.images;
+  plan.dcol_floats = i64(second_tile_rows(xs, c)) * s.Q * plan.images;
   plan.partial_floats = i64(c.out_channels) * s.K;
   return plan;
 }
@@ -91,9 +190,10 @@ void tiled_conv_forward(const Device& d, const TilePlan& plan, const float* x, I
   check_plan(d, plan, xs, c, scratch, "tiled_conv_forward");
   const ConvSizes s = sizes_of(xs, c);
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
-    float* col = scratch.data + lane * 2 * plan.tile_floats;  // [K][count*Q]: this tile's unfolded images
+    // [K][count*Q]: this tile's unfolded images
+    float* col = scratch.data + lane * (plan.tile_floats + plan.dcol_floats);
     const int columns = count * s.Q;
-    nn::im2col_images(d, x, xs, c, first, count, col);
+    unfold_tile(d, x, xs, c, first, count, col);
     // z's columns of these images = W col    [Cout x columns] = [Cout x K][K x columns], in z [Cout][P]
     gemm(d, Transpose::No, Transpose::No, c.out_channels, columns, s.K, 1.0f, W, s.K, col, columns, 0.0f,
          z + i64(first) * s.Q, s.P);
@@ -107,23 +207,35 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
                          float* dx) {
   check_plan(d, plan, xs, c, scratch, "tiled_conv_backward");
   const ConvSizes s = sizes_of(xs, c);
-  float* partials = scratch.data + plan.lanes * 2 * plan.tile_floats;  // [lanes - 1][Cout][K]
+  float* partials = scratch.data + plan.lanes * (plan.tile_floats + plan.dcol_floats);  // [lanes - 1][Cout][K]
+  float* flipped = partials + (plan.lanes - 1) * plan.partial_floats;  // [Cin][Cout*k*k], if dx_by_convolution
   mgpu::fill(d, partials, (plan.lanes - 1) * plan.partial_floats, 0.0f);
+  const int kk = c.kernel * c.kernel;
+  if (dx && plan.dx_by_convolution) flip_weights(d, W, c, flipped);
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
-    float* col = scratch.data + lane * 2 * plan.tile_floats;  // [K][count*Q]
-    float* dcol = col + plan.tile_floats;                     // [K][count*Q]
+    float* col = scratch.data + lane * (plan.tile_floats + plan.dcol_floats);  // [K][count*Q]
+    float* second = col + plan.tile_floats;  // dcol [K][count*Q], or dz unfolded [Cout*k*k][count*Q]
     float* dW_lane = lane == 0 ? dW : partials + (lane - 1) * plan.partial_floats;
     const float* dz_tile = dz + i64(first) * s.Q;  // [Cout][count*Q], a block of dz [Cout][P]
     const int columns = count * s.Q;
-    nn::im2col_images(d, x, xs, c, first, count, col);  // the forward pass's tile, unfolded again
+    unfold_tile(d, x, xs, c, first, count, col);  // the forward pass's tile, unfolded again
     // dW += dz_tile col^T      [Cout x K] = [Cout x columns][columns x K]
     gemm(d, Transpose::No, Transpose::Yes, c.out_channels, s.K, columns, 1.0f, dz_tile, s.P, col, columns, 1.0f,
          dW_lane, s.K);
     if (!dx) return;
+    if (plan.dx_by_convolution) {
+      // dx's columns of these images = W flipped, convolved with dz's (same padding: 2p = k - 1)
+      //   [Cin x columns] = [Cin x Cout*k*k][Cout*k*k x columns], in dx [Cin][B*H*W]
+      const ImageShape zs = nn::conv_output_shape(xs, c);
+      im2col_shifted_images(d, dz, zs, {c.out_channels, c.in_channels, c.kernel, 1, c.padding}, first, count, second);
+      gemm(d, Transpose::No, Transpose::No, c.in_channels, columns, c.out_channels * kk, 1.0f, flipped,
+           c.out_channels * kk, second, columns, 0.0f, dx + i64(first) * s.Q, s.P);
+      return;
+    }
     // dcol = W^T dz_tile       [K x columns] = [K x Cout][Cout x columns]; then folded back
-    gemm(d, Transpose::Yes, Transpose::No, s.K, columns, c.out_channels, 1.0f, W, s.K, dz_tile, s.P, 0.0f, dcol,
+    gemm(d, Transpose::Yes, Transpose::No, s.K, columns, c.out_channels, 1.0f, W, s.K, dz_tile, s.P, 0.0f, second,
          columns);
-    nn::col2im_images(d, dcol, xs, c, first, count, dx);
+    nn::col2im_images(d, second, xs, c, first, count, dx);
   });
   for (int lane = 1; lane < plan.lanes; ++lane)
     mgpu::add_into(d, dW, partials + (lane - 1) * plan.partial_floats, plan.partial_floats);

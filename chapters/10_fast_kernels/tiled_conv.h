@@ -8,22 +8,33 @@
 // at about 22 GB/s those bytes alone are 10-20 ms a convolution, and the GEMMs on 200,704-column
 // matrices stream them from memory too. A tile of one image is 144 x 784 floats, 451 KB: it fits
 // a core's 1 MB L2 cache, so the same unfolding costs cache bandwidth only. Same arithmetic, same
-// layout ([C][B][H][W] activations, chapter 09's), the same im2col and col2im functors (their
-// _images forms), a hundred times less scratch.
+// layout ([C][B][H][W] activations, chapter 09's), a hundred times less scratch.
+//
+// Two more steps, for the convolutions whose output is as large as their input (stride 1,
+// 2p = k - 1: all 3x3 ones of ResNet-18 but the three that halve the image):
+//   - the unfolding is one shifted copy per row of col (im2col_shifted_images, below) instead
+//     of chapter 09's row-by-row functor;
+//   - the input gradient is itself such a convolution: dx = (W flipped) convolved with dz, so
+//     dz's tile is unfolded the same way and ONE GEMM writes dx's columns, [Cin x Cout*k*k] x
+//     [Cout*k*k x columns]. Chapter 09's way, dcol = W^T dz then col2im, writes a dcol as large
+//     as col and reads it back to add nine shifted copies of it together, row by row.
 //
 // How the work is shared. Each tile is a slice of whole images [first, first + count). A device's
 // lanes (common/parallel.h: on a CPU, one OpenMP thread each) take the tiles in turn, lane l the
 // tiles l, l + lanes, ...; inside a lane the GEMM runs single-threaded, on that core's tile.
-//   forward   per tile: im2col_images -> col tile [K][count*Ho*Wo] -> z's columns of those
-//             images = W col (a block of z: row length B*Ho*Wo); then z += b once
-//   backward  per tile: im2col_images again; dW += dz_tile col^T (lane 0 into dW, lane l > 0 into
-//             its own partial, added in at the end: two lanes never write one array); dcol tile
-//             = W^T dz_tile, folded back by col2im_images into those images' planes of dx
-//             (whole images: each plane of dx belongs to one tile, so no two lanes write it);
+//   forward   per tile: unfold -> col tile [K][count*Ho*Wo] -> z's columns of those images =
+//             W col (a block of z: row length B*Ho*Wo); then z += b once
+//   backward  per tile: unfold again; dW += dz_tile col^T (lane 0 into dW, lane l > 0 into its
+//             own partial, added in at the end: two lanes never write one array); then dx's
+//             columns of those images (whole images: no two lanes write one plane of dx):
+//               stride 1, same size: dz_tile unfolded [Cout*k*k][count*Ho*Wo], and
+//                                    dx_tile = W flipped [Cin x Cout*k*k] times that
+//               otherwise:           dcol tile = W^T dz_tile, folded back by col2im_images;
 //             then db += dz ones once
-// The sums of dW are taken tile by tile, so they differ from chapter 09's in the last bits
-// (test_fast_kernels: to within rounding); z and dx add the same products in the same order
-// per element as chapter 09's GEMMs do up to the BLAS's own blocking.
+// The sums of dW are taken tile by tile, and dx's (stride 1) in the order of the flipped
+// convolution, so both differ from chapter 09's in the last bits (test_fast_kernels: to within
+// rounding); z adds the same products in the same order per element as chapter 09's GEMM does
+// up to the BLAS's own blocking.
 #pragma once
 #include <cstdint>
 
@@ -55,10 +66,16 @@ constexpr int kMinTileColumns = 1024;
 // fewer), `tiles` tiles shared among `lanes` lanes, and the scratch that takes.
 struct TilePlan {
   int images = 1, tiles = 1, lanes = 1;
+  // The input gradient as a convolution of dz (where unfolds_by_shifting: dz's tile unfolded,
+  // one GEMM with W flipped), else as chapter 09 does it (dcol = W^T dz, then col2im).
+  bool dx_by_convolution = false;
   std::int64_t tile_floats = 0;     // one col tile: K * images * Ho*Wo
-  std::int64_t partial_floats = 0;  // one lane's share of dW (lanes 1..): Cout * K
-  // lanes x (col tile, dcol tile), then lanes - 1 partials of dW.
-  std::int64_t scratch_floats() const { return lanes * 2 * tile_floats + (lanes - 1) * partial_floats; }
+  std::int64_t dcol_floats = 0;     // the backward's second tile: dcol, or dz unfolded (Cout*k*k x columns)
+  std::int64_t partial_floats = 0;  // one lane's share of dW (lanes 1..), and W flipped: Cout * K
+  // lanes x (col tile, second tile), then lanes - 1 partials of dW, then W flipped (if used).
+  std::int64_t scratch_floats() const {
+    return lanes * (tile_floats + dcol_floats) + (lanes - 1 + (dx_by_convolution ? 1 : 0)) * partial_floats;
+  }
 };
 // The plan for input xs on `lanes` lanes: as many images a tile as tile_floats hold, but at
 // least min_columns output columns' worth and at least one image.
@@ -66,6 +83,16 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, std::int64_t tile_flo
                     int min_columns = kMinTileColumns);
 // The plan for device d: as many lanes as d has (lanes_per_device), kTileFloats, kMinTileColumns.
 TilePlan plan_tiles(const Device& d, ImageShape xs, ConvShape c);
+
+// The unfolding of a tile where the output is as large as the input and the stride 1 (every 3x3
+// convolution of ResNet-18 but the three that halve the image): chapter 09's im2col_images, the
+// same bits, done as one contiguous copy per row of col at a fixed offset, plus zeros at the
+// borders (Im2colShifted in tiled_conv.cu says why that is the same thing). Chapter 09's functor
+// works row by row of each image (28, 14, 7 or 4 floats at a time), and that per-row work, not
+// the bytes, was what it spent its time on. Other convolutions are refused (mgpu::Error).
+bool unfolds_by_shifting(ImageShape xs, ConvShape c);  // stride 1 and 2 * padding == kernel - 1
+void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count,
+                           float* col);
 
 // chapter 09's conv2d_forward and conv2d_backward (layers.h: the same arguments, the same
 // results), tile by tile as `plan` cuts the batch (a plan for xs and c, with at most
