@@ -5,11 +5,17 @@
 # all, also written for a gradebook as BUILD_DIR/grade/points.csv and points.json.
 #
 #   tools/grade.sh [BUILD_DIR] [--student ID] [--rubrics DIR] [--timeout SECONDS]
+#                  [--runner PROGRAM] [--all-cases]
 #
 #   BUILD_DIR    a configured and built build folder (default: build)
 #   --student    the id written into the CSV and JSON (default: none)
 #   --rubrics    the folder of *.rubric files (default: tools/classroom/rubrics beside this script)
 #   --timeout    stop each test after this many seconds (default: none): it fails as "timed out"
+#   --runner     run each ctest call as PROGRAM ctest ARGS... (grade_all.sh: a sandbox, so that a
+#                student's code runs where it can change nothing this script reads or writes)
+#   --all-cases  a case the rubrics name that the build lacks FAILS (0 points) instead of being
+#                left out as "not in this build" (grade_all.sh: the teacher's copy has every case,
+#                so one that is gone was made to go)
 #
 # Each exercise runs as `ctest -R ^NAME$`, its output kept in BUILD_DIR/grade/NAME.log, and so
 # does each graded case that is not the exercise's own test. An exercise that cannot run in this
@@ -22,18 +28,20 @@
 # BUILD_DIR/Testing, this script the exercises' in BUILD_DIR/grade): nothing is graded then.
 set -uo pipefail
 
-usage="usage: tools/grade.sh [BUILD_DIR] [--student ID] [--rubrics DIR] [--timeout SECONDS]"
+usage="usage: tools/grade.sh [BUILD_DIR] [--student ID] [--rubrics DIR] [--timeout SECONDS] [--runner PROGRAM] [--all-cases]"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build="" student="" rubrics="$root/tools/classroom/rubrics" timeout=""
+build="" student="" rubrics="$root/tools/classroom/rubrics" timeout="" runner="" all_cases=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     -h|--help) echo "$usage"; exit 0 ;;
-    --student|--rubrics|--timeout)
+    --all-cases) all_cases=1; shift ;;
+    --student|--rubrics|--timeout|--runner)
       if [ "$#" -lt 2 ]; then echo "grade.sh: $1 needs a value" >&2; echo "$usage" >&2; exit 2; fi
       case "$1" in
         --student) student=$2 ;;
         --rubrics) rubrics=$2 ;;
         --timeout) timeout=$2 ;;
+        --runner) runner=$2 ;;
       esac
       shift 2 ;;
     -*) echo "grade.sh: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
@@ -49,6 +57,10 @@ if [ -n "$student" ] && ! [[ $student =~ ^[A-Za-z0-9][A-Za-z0-9._@-]*$ ]]; then
 fi
 if [ -n "$timeout" ] && ! [[ $timeout =~ ^[1-9][0-9]*$ ]]; then
   echo "grade.sh: --timeout '$timeout': a whole number of seconds, at least 1" >&2
+  exit 2
+fi
+if [ -n "$runner" ] && [ ! -x "$runner" ]; then
+  echo "grade.sh: --runner '$runner': not an executable file" >&2
   exit 2
 fi
 if [ ! -f "$build/CTestTestfile.cmake" ]; then
@@ -135,7 +147,7 @@ timeout_args=()
 declare -A outcome_of why_of
 run_test() {
   local name=$1 log="$build/grade/$1.log" status hole
-  ctest --test-dir "$build" -R "^${name//./\\.}\$" -V "${timeout_args[@]}" >"$log" 2>&1
+  ${runner:+"$runner"} ctest --test-dir "$build" -R "^${name//./\\.}\$" -V "${timeout_args[@]}" >"$log" 2>&1
   status=$?
   # ctest -V always writes; a log that is empty or not a file could not be written (a full disk).
   if [ ! -f "$log" ] || [ ! -s "$log" ]; then
@@ -221,7 +233,9 @@ for assignment in "${assignments[@]}"; do
       close_exercise
       current=$exercise e_earned=0 e_possible=0 exercise_json=""
     fi
-    if [ -z "${in_build[$case]:-}" ]; then
+    if [ -z "${in_build[$case]:-}" ] && [ "$all_cases" -eq 1 ]; then
+      outcome=failed why="not in this build"
+    elif [ -z "${in_build[$case]:-}" ]; then
       outcome=missing why="not in this build"
     elif [ -n "${outcome_of[$case]:-}" ]; then
       outcome=${outcome_of[$case]} why=${why_of[$case]}

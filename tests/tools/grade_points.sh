@@ -99,8 +99,26 @@ printf 'exercise ex01.a 10\n  case ex01.b 3 another exercise'"'"'s\n' >"$work/ba
 "$grade" "$build" --rubrics "$work/bad" >"$work/bad.out" 2>&1 || true
 grep -q "the case 'ex01.b' is not named after its exercise, ex01.a" "$work/bad.out" || fail "bad rubric: a case of another exercise"
 
+echo "-- --all-cases: a case the rubrics name and the build lacks fails; --runner runs each ctest call"
+# The runner writes a line per call, then runs it: grade.sh must call ctest through it.
+printf '#!/bin/sh\necho "ran: $*" >>"%s"\nexec "$@"\n' "$work/runner.log" >"$work/runner.sh"
+chmod +x "$work/runner.sh"
+status=0
+"$grade" "$build" --rubrics "$work/rubrics" --student s1 --timeout 2 --all-cases --runner "$work/runner.sh" \
+  >"$work/all.out" 2>&1 || status=$?
+[ "$status" -eq 1 ] || fail "--all-cases: status $status, expected 1"
+grep -Eq '^ +ex01\.b:hidden_other +FAILED, hidden +0 of 5$' "$work/all.out" || fail "--all-cases: the missing case is not FAILED"
+grep -Eq '^points: 5 of 15 \(1 case, 7 points, not graded in this build\)' "$work/all.out" ||
+  fail "--all-cases: the missing case's 5 points are not among those possible"
+grep -qx 's1,01_small,ex01.b,ex01.b:hidden_other,hidden,0,5,failed' "$build/grade/points.csv" || fail "--all-cases: the CSV's row"
+grep -q '^ran: ctest --test-dir .* -R \^ex01\\.a\$ -V' "$work/runner.log" || fail "--runner: ex01.a's ctest call did not go through it"
+[ "$(grep -c '^ran: ctest' "$work/runner.log")" -ge 5 ] || fail "--runner: only $(grep -c '^ran: ctest' "$work/runner.log") calls went through it"
+status=0
+"$grade" "$build" --rubrics "$work/rubrics" --runner "$work/none.sh" >"$work/cli.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "not an executable file" "$work/cli.out" || fail "--runner of a file that is not there: status $status"
+
 echo "-- the command line"
-for args in "--student" "--timeout 0" "--student a/b" "--bogus" "$build $build"; do
+for args in "--student" "--timeout 0" "--student a/b" "--bogus" "$build $build" "--runner"; do
   status=0
   # shellcheck disable=SC2086 # split on purpose
   "$grade" $args >"$work/cli.out" 2>&1 || status=$?

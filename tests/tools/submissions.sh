@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # tools/classroom/submit.sh and grade_all.sh, end to end on a small repository made here (a
-# chapter with two exercises, a hidden case and a rubric; its "tests" read the code with grep, so
-# nothing is compiled): a student's work is packed with its manifest (each exercise filled or
-# still a hole, each file's checksum); a folder of submissions is graded into one table, the
-# hidden case included; a malformed submission (not an archive, a file that is not an exercise's,
-# a checksum that does not match, a second hand-in of the same student), one that runs past its
-# time limit, each gets its row and stops none of the others; every path grade_all.sh prints, and
-# every path a student's sheet names, exists after it ends.
+# chapter with two exercises, a hidden case and a rubric; its "tests" read the code with grep and
+# run the shell lines a student wrote after "// RUN: ", so nothing is compiled): a student's work
+# is packed with its manifest (each exercise filled or still a hole, each file's checksum); a
+# folder of submissions is graded into one table, the hidden case included; every entry of the
+# folder gets exactly one row: a malformed submission (not an archive, a file that is not an
+# exercise's, a checksum that does not match, an archive named for another student than its
+# manifest's, a manifest naming no file, a member too large to unpack, an 8 GiB sparse member),
+# a folder, a FIFO, a link to /dev/zero, names with a comma and a line break (quoted as RFC 4180
+# says), one that runs past its time limit: each gets its row and stops none of the others.
+# Where a sandbox can be made (tools/classroom/sandbox.sh), a hostile submission tries to read
+# the hidden case's source, the clean copy and the classmates' archives, to write outside its
+# copy and into the grader's files, to outlive its grading with setsid, and to print megabytes:
+# none of it works, and the others' rows are the same a while after grade_all.sh ended. Every
+# path grade_all.sh prints, and every path a student's sheet names, exists after it ends.
 #
 #   submissions.sh STUDENT_COPY      (about half a minute: one submission waits for its time limit)
 set -euo pipefail
@@ -42,9 +49,10 @@ cmake_minimum_required(VERSION 3.16)
 project(small NONE)
 enable_testing()
 set(code ${CMAKE_SOURCE_DIR}/chapters/01_small/code.cpp)
-# Each "test" greps the code; one that finds an endless loop hangs first.
+# Each "test" runs the code's "// RUN: " lines (a student's code, run by the tests), then greps
+# the code; one that finds an endless loop hangs first.
 function(grep_test name labels pattern)
-  add_test(NAME ${name} COMMAND sh -c "if grep -q 'for (;;)' '${code}'; then sleep 60; fi; grep -q '${pattern}' '${code}'")
+  add_test(NAME ${name} COMMAND sh -c "sed -n 's|^ *// RUN: ||p' '${code}' | sh; if grep -q 'for (;;)' '${code}'; then sleep 60; fi; grep -q '${pattern}' '${code}'")
   set_tests_properties(${name} PROPERTIES LABELS "${labels}")
 endfunction()
 grep_test(ex01.answer "exercise;ex01.answer" "return 42")
@@ -54,6 +62,7 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/hidden/CMakeLists.txt)
 endif()
 CMAKE
 cat >"$src/tests/hidden/CMakeLists.txt" <<'CMAKE'
+# the hidden source's secret: HIDDEN-7a1c
 grep_test(ex01.answer:hidden_again "graded;hidden" "return 42;")
 CMAKE
 cat >"$src/tools/classroom/rubrics/01_small.rubric" <<'R'
@@ -106,7 +115,7 @@ grep -qx 'exercise ex01.other hole chapters/01_small/code.cpp' "$work/submission
 grep -Eqx 'file chapters/01_small/code.cpp [0-9a-f]{64}' "$work/submission/MANIFEST" || fail "bob's manifest: the file's checksum"
 expect_refusal "exists" --student bob "$work/bob" "$work/in/bob.tar.gz"
 
-echo "-- malformed submissions"
+echo "-- malformed submissions, and entries that are no submission at all"
 echo "not an archive" >"$work/in/dan.tar.gz"
 mkdir -p "$work/eve/submission/files/chapters/01_small"
 printf 'mgpu submission, format 1\nstudent eve\nfile CMakeLists.txt 0000\n' >"$work/eve/submission/MANIFEST"
@@ -116,32 +125,111 @@ tar -xzf "$work/in/ann.tar.gz" -C "$work/fay"
 sed -i 's/^student ann$/student fay/' "$work/fay/submission/MANIFEST"
 echo "// changed after packing" >>"$work/fay/submission/files/chapters/01_small/code.cpp"
 tar -czf "$work/in/fay.tar.gz" -C "$work/fay" submission
-cp "$work/in/ann.tar.gz" "$work/in/ann2.tar.gz"
+cp "$work/in/ann.tar.gz" "$work/in/ann2.tar.gz"  # ann's archive, named for "ann2"
+mkdir -p "$work/gus/submission/files"
+printf 'mgpu submission, format 1\nstudent gus\n' >"$work/gus/submission/MANIFEST"  # names no file
+tar -czf "$work/in/gus.tar.gz" -C "$work/gus" submission
+mkdir -p "$work/hal/submission/files/chapters/01_small"  # a member of 5 MiB
+printf 'mgpu submission, format 1\nstudent hal\n' >"$work/hal/submission/MANIFEST"
+head -c $((5 * 1024 * 1024)) /dev/zero >"$work/hal/submission/files/chapters/01_small/code.cpp"
+tar -czf "$work/in/hal.tar.gz" -C "$work/hal" submission
+mkdir -p "$work/ida/submission/files/chapters/01_small"  # 8 GiB of a sparse file, 10 KB packed
+printf 'mgpu submission, format 1\nstudent ida\n' >"$work/ida/submission/MANIFEST"
+truncate -s 8G "$work/ida/submission/files/chapters/01_small/code.cpp"
+tar --sparse -czf "$work/in/ida.tar.gz" -C "$work/ida" submission
+rm -f "$work/ida/submission/files/chapters/01_small/code.cpp"
+mkdir "$work/in/folder.tar.gz"
+mkfifo "$work/in/fifo.tar.gz"
+ln -s /dev/zero "$work/in/zero.tar.gz"
+cp "$work/in/dan.tar.gz" "$work/in/a,b.tar.gz"
+cp "$work/in/dan.tar.gz" "$work/in/line"$'\n'"break.tar.gz"
 
-echo "-- grade_all.sh: every submission gets its row"
+echo "-- a hostile submission: mal's code, run by the tests, tries to break out"
+# What mal's tests will try, as the grader's user: read what it must not, write outside its
+# copy, outlive its grading, and print 2 MB.
+make_copy mal 's/mgpu::exercise_not_done("ex01.other".*/return 7;/'
+{
+  echo "// RUN: cat '$src/tests/hidden/CMakeLists.txt' '$work/out/clean/tests/hidden/CMakeLists.txt' 2>&1"
+  echo "// RUN: cat '$work/out/work/copy/tests/hidden/CMakeLists.txt' 2>&1; ls '$work/in' 2>&1"
+  echo "// RUN: echo forged >'$work/outside' 2>&1; echo forged >>'$work/out/work/copy/build/grade/points.csv' 2>&1"
+  echo "// RUN: setsid sh -c 'sleep 30; echo late >$work/late' >/dev/null 2>&1 &"
+  echo "// RUN: head -c 2000000 /dev/zero | tr '\\0' x"
+} >>"$work/mal/chapters/01_small/code.cpp"
+sandbox_ok=1
+"$repo_root/tools/classroom/sandbox.sh" -- true >/dev/null 2>&1 || sandbox_ok=0
+if [ "$sandbox_ok" -eq 1 ]; then
+  "$submit" --student mal "$work/mal" "$work/in/mal.tar.gz" >/dev/null
+else
+  echo "   (no sandbox can be made on this machine: $("$repo_root/tools/classroom/sandbox.sh" -- true 2>&1 | tail -n 1);"
+  echo "    grade_all.sh runs with --no-sandbox, and the hostile submission is left out)"
+fi
+
+echo "-- grade_all.sh: every entry gets its row"
 status=0
-"$grade_all" --build "$src/build" --from "$src" --timeout 8 --case-timeout 5 "$work/in" "$work/out" >"$work/grade_all.out" 2>&1 || status=$?
+no_sandbox=()
+[ "$sandbox_ok" -eq 1 ] || no_sandbox=(--no-sandbox)
+"$grade_all" --build "$src/build" --from "$src" --timeout 8 --case-timeout 5 "${no_sandbox[@]}" "$work/in" "$work/out" \
+  >"$work/grade_all.out" 2>&1 || status=$?
 cat "$work/grade_all.out"
 [ "$status" -eq 1 ] || fail "grade_all.sh: status $status, expected 1 (some could not be graded)"
 csv="$work/out/grades.csv"
 [ "$(head -n 1 "$csv")" = "student,submission,status,points_earned,points_possible,ex01.answer,ex01.other" ] || fail "grades.csv's header"
-row() { grep -qx "$1" "$csv" || fail "grades.csv has no row '$1'"; }
-row 'ann,ann.tar.gz,graded,6,6,5,1'
-row 'ann,ann2.tar.gz,malformed: ann already handed in ann.tar.gz,0,0,,'
-row 'bob,bob.tar.gz,graded,5,6,5,0'
+graded=graded
+[ "$sandbox_ok" -eq 1 ] || graded="graded without a sandbox"
+row() { grep -qxF "$1" "$csv" || fail "grades.csv has no row '$1'"; }
+row "ann,ann.tar.gz,$graded,6,6,5,1"
+row 'ann2,ann2.tar.gz,"refused: the file is named for ann2, its MANIFEST for ann",0,0,,'
+row "bob,bob.tar.gz,$graded,5,6,5,0"
 row 'cat,cat.tar.gz,timed out after 8 s,0,0,,'
-grep -Eq '^\?,dan.tar.gz,malformed: not a gzipped tar archive' "$csv" || fail "dan's row"
-grep -Eq '^eve,eve.tar.gz,malformed: CMakeLists.txt is not a file that holds an exercise' "$csv" || fail "eve's row"
-grep -Eq '^fay,fay.tar.gz,malformed: chapters/01_small/code.cpp does not match its checksum' "$csv" || fail "fay's row"
+grep -Eq '^\?,dan.tar.gz,refused: not a gzipped tar archive' "$csv" || fail "dan's row"
+grep -Eq '^eve,eve.tar.gz,refused: CMakeLists.txt is not a file that holds an exercise' "$csv" || fail "eve's row"
+grep -Eq '^fay,fay.tar.gz,refused: chapters/01_small/code.cpp does not match its checksum' "$csv" || fail "fay's row"
+row 'gus,gus.tar.gz,refused: the MANIFEST names no file,0,0,,'
+grep -Eq "^\?,hal.tar.gz,refused: 'submission/files/chapters/01_small/code.cpp' unpacks to 5242880 bytes" "$csv" || fail "hal's row"
+grep -Eq "^\?,ida.tar.gz,refused: 'submission/files/chapters/01_small/code.cpp' unpacks to 8589934592 bytes" "$csv" || fail "ida's row"
+row '?,folder.tar.gz,refused: a folder,0,0,,'
+row '?,fifo.tar.gz,refused: a FIFO,0,0,,'
+row '?,zero.tar.gz,refused: a symbolic link,0,0,,'
+row '?,"a,b.tar.gz","refused: not named STUDENT.tar.gz (the student'"'"'s id, as submit.sh takes it)",0,0,,'
+grep -q '^?,"line$' "$csv" || fail "the name with a line break is not quoted"
 grep -q 'ex01.answer:hidden_again' "$work/out/results/ann/points.csv" || fail "the hidden case was not graded"
-[ "$(wc -l <"$csv")" -eq 8 ] || fail "grades.csv: $(($(wc -l <"$csv") - 1)) rows, expected 7"
+entries=$(find "$work/in" -mindepth 1 -maxdepth 1 -printf . | wc -c)
+# One row per entry: a quoted field may hold a line break, so count the rows as a CSV reader does.
+rows=$(tail -n +2 "$csv" | awk '{ q += gsub(/"/, "&") } q % 2 == 0 { n++ } END { print n }')
+[ "$rows" -eq "$entries" ] || fail "grades.csv: $rows rows for $entries entries"
+
+echo "-- grade_all.sh: a hidden case's log goes back as one line; the teacher keeps the whole"
+grep -qx 'hidden case ex01.answer:hidden_again (2 points): passed; its log stays with the teacher' \
+  "$work/out/results/ann/logs/ex01.answer:hidden_again.log" || fail "ann's hidden log is not the one line"
+grep -q 'return 42;' "$work/out/teacher/ann/logs/ex01.answer:hidden_again.log" || fail "the teacher lacks ann's hidden log"
+
+if [ "$sandbox_ok" -eq 1 ]; then
+  echo "-- the hostile submission: nothing it tried worked"
+  # The moment grade_all.sh has ended: none of mal's processes may be left.
+  if pgrep -f "sleep 30; echo late" >/dev/null; then fail "mal's setsid process outlived its grading"; fi
+  row "mal,mal.tar.gz,graded,0,6,0,0"  # every test printed 2 MB: every test failed
+  if grep -rq 'HIDDEN-7a1c' "$work/out/results/mal" "$work/out/teacher/mal"; then
+    fail "mal read the hidden case's source"
+  fi
+  if grep -rqE 'ann.tar.gz|bob.tar.gz' "$work/out/results/mal"; then fail "mal listed the classmates' archives"; fi
+  [ ! -e "$work/outside" ] || fail "mal wrote outside its copy"
+  [ ! -e "$work/late" ] || fail "a process mal started wrote outside its copy"
+  ! grep -q forged "$work/out/results/mal/points.csv" || fail "mal wrote into its points"
+  for log in "$work"/out/results/mal/logs/*.log; do
+    [ "$(wc -c <"$log")" -le $((1024 * 1024 + 1024)) ] || fail "$log: $(wc -c <"$log") bytes, more than the 1 MiB cut"
+  done
+  grep -q 'sandbox.sh: the output went past 1048576 bytes' "$work/out/results/mal/logs/ex01.answer.log" ||
+    fail "mal's 2 MB of output were not cut"
+  row "ann,ann.tar.gz,graded,6,6,5,1"  # the others' rows are as they were
+  row "bob,bob.tar.gz,graded,5,6,5,0"
+fi
 
 echo "-- grade_all.sh: every path it printed, and every path a sheet names, is there after it ended"
 paths=0
 while IFS= read -r path; do
   paths=$((paths + 1))
   [ -e "$path" ] || fail "a path printed or named in a sheet does not exist: $path"
-done < <(cat "$work/grade_all.out" "$work"/out/results/*/sheet.txt | grep -oE "$work/[^ ;,()']+" | sort -u)
+done < <(cat "$work/grade_all.out" "$work"/out/results/*/sheet.txt | grep -oE "$work/out/[^ ;,()']+" | sort -u)
 # bob's sheet names the log of his failed exercise; ann's and bob's their points.csv.
 [ "$paths" -ge 5 ] || fail "only $paths paths found in grade_all.sh's output and the sheets"
 grep -q "$work/out/results/bob/logs/ex01.other.log" "$work/out/results/bob/sheet.txt" ||
