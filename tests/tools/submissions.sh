@@ -70,6 +70,9 @@ assignment A small chapter
 exercise ex01.answer 10
   case ex01.answer 3 the answer
   hidden ex01.answer:hidden_again 2 the answer, again
+R
+cat >"$src/tools/classroom/rubrics/02_other.rubric" <<'R'
+assignment Another assignment in the same file
 exercise ex01.other 5
   case ex01.other 1 the other
 R
@@ -173,24 +176,25 @@ no_sandbox=()
 cat "$work/grade_all.out"
 [ "$status" -eq 1 ] || fail "grade_all.sh: status $status, expected 1 (some could not be graded)"
 csv="$work/out/grades.csv"
-[ "$(head -n 1 "$csv")" = "student,submission,status,points_earned,points_possible,ex01.answer,ex01.other" ] || fail "grades.csv's header"
+[ "$(head -n 1 "$csv")" = "student,submission,status,points_earned,points_possible,ex01.answer,ex01.other,01_small,02_other" ] ||
+  fail "grades.csv's header: $(head -n 1 "$csv")"
 graded=graded
 [ "$sandbox_ok" -eq 1 ] || graded="graded without a sandbox"
 row() { grep -qxF "$1" "$csv" || fail "grades.csv has no row '$1'"; }
-row "ann,ann.tar.gz,$graded,6,6,5,1"
-row 'ann2,ann2.tar.gz,"refused: the file is named for ann2, its MANIFEST for ann",0,0,,'
-row "bob,bob.tar.gz,$graded,5,6,5,0"
-row 'cat,cat.tar.gz,timed out after 8 s,0,0,,'
+row "ann,ann.tar.gz,$graded,6,6,5,1,5/5,1/1"
+row 'ann2,ann2.tar.gz,"refused: the file is named for ann2, its MANIFEST for ann",0,0,,,,'
+row "bob,bob.tar.gz,$graded,5,6,5,0,5/5,0/1"
+row 'cat,cat.tar.gz,timed out after 8 s,0,0,,,,'
 grep -Eq '^\?,dan.tar.gz,refused: not a gzipped tar archive' "$csv" || fail "dan's row"
 grep -Eq '^eve,eve.tar.gz,refused: CMakeLists.txt is not a file that holds an exercise' "$csv" || fail "eve's row"
 grep -Eq '^fay,fay.tar.gz,refused: chapters/01_small/code.cpp does not match its checksum' "$csv" || fail "fay's row"
-row 'gus,gus.tar.gz,refused: the MANIFEST names no file,0,0,,'
+row 'gus,gus.tar.gz,refused: the MANIFEST names no file,0,0,,,,'
 grep -Eq "^\?,hal.tar.gz,refused: 'submission/files/chapters/01_small/code.cpp' unpacks to 5242880 bytes" "$csv" || fail "hal's row"
 grep -Eq "^\?,ida.tar.gz,refused: 'submission/files/chapters/01_small/code.cpp' unpacks to 8589934592 bytes" "$csv" || fail "ida's row"
-row '?,folder.tar.gz,refused: a folder,0,0,,'
-row '?,fifo.tar.gz,refused: a FIFO,0,0,,'
-row '?,zero.tar.gz,refused: a symbolic link,0,0,,'
-row '?,"a,b.tar.gz","refused: not named STUDENT.tar.gz (the student'"'"'s id, as submit.sh takes it)",0,0,,'
+row '?,folder.tar.gz,refused: a folder,0,0,,,,'
+row '?,fifo.tar.gz,refused: a FIFO,0,0,,,,'
+row '?,zero.tar.gz,refused: a symbolic link,0,0,,,,'
+row '?,"a,b.tar.gz","refused: not named STUDENT.tar.gz (the student'"'"'s id, as submit.sh takes it)",0,0,,,,'
 grep -q '^?,"line$' "$csv" || fail "the name with a line break is not quoted"
 grep -q 'ex01.answer:hidden_again' "$work/out/results/ann/points.csv" || fail "the hidden case was not graded"
 entries=$(find "$work/in" -mindepth 1 -maxdepth 1 -printf . | wc -c)
@@ -207,7 +211,7 @@ if [ "$sandbox_ok" -eq 1 ]; then
   echo "-- the hostile submission: nothing it tried worked"
   # The moment grade_all.sh has ended: none of mal's processes may be left.
   if pgrep -f "sleep 30; echo late" >/dev/null; then fail "mal's setsid process outlived its grading"; fi
-  row "mal,mal.tar.gz,graded,0,6,0,0"  # every test printed 2 MB: every test failed
+  row "mal,mal.tar.gz,graded,0,6,0,0,0/5,0/1"  # every test printed 2 MB: every test failed
   if grep -rq 'HIDDEN-7a1c' "$work/out/results/mal" "$work/out/teacher/mal"; then
     fail "mal read the hidden case's source"
   fi
@@ -220,8 +224,8 @@ if [ "$sandbox_ok" -eq 1 ]; then
   done
   grep -q 'sandbox.sh: the output went past 1048576 bytes' "$work/out/results/mal/logs/ex01.answer.log" ||
     fail "mal's 2 MB of output were not cut"
-  row "ann,ann.tar.gz,graded,6,6,5,1"  # the others' rows are as they were
-  row "bob,bob.tar.gz,graded,5,6,5,0"
+  row "ann,ann.tar.gz,graded,6,6,5,1,5/5,1/1"  # the others' rows are as they were
+  row "bob,bob.tar.gz,graded,5,6,5,0,5/5,0/1"
 fi
 
 echo "-- grade_all.sh: every path it printed, and every path a sheet names, is there after it ended"
@@ -234,6 +238,26 @@ done < <(cat "$work/grade_all.out" "$work"/out/results/*/sheet.txt | grep -oE "$
 [ "$paths" -ge 5 ] || fail "only $paths paths found in grade_all.sh's output and the sheets"
 grep -q "$work/out/results/bob/logs/ex01.other.log" "$work/out/results/bob/sheet.txt" ||
   fail "bob's sheet does not name his failed exercise's log where it was kept"
+
+echo "-- grade_all.sh --only: one assignment, the others solved in the copy, the points out of its own"
+mkdir "$work/in2"
+"$student_copy" --from "$src" --to "$work/only" --only ex01.other >/dev/null  # the student's copy for 02_other
+grep -q 'return 42;' "$work/only/chapters/01_small/code.cpp" || fail "student_copy --only left ex01.answer a hole"
+sed -i 's/mgpu::exercise_not_done("ex01.other".*/return 7;/' "$work/only/chapters/01_small/code.cpp"
+"$submit" --student ann "$work/only" "$work/in2/ann.tar.gz" >/dev/null
+"$submit" --student bob "$work/bob" "$work/in2/bob.tar.gz" >/dev/null 2>&1 || cp "$work/in/bob.tar.gz" "$work/in2/"
+status=0
+"$grade_all" --build "$src/build" --from "$src" --timeout 8 --case-timeout 5 --only 02_other "${no_sandbox[@]}" \
+  "$work/in2" "$work/out2" >"$work/grade_all2.out" 2>&1 || status=$?
+[ "$status" -eq 0 ] || { fail "grade_all.sh --only: status $status"; cat "$work/grade_all2.out"; }
+csv2="$work/out2/grades.csv"
+[ "$(head -n 1 "$csv2")" = "student,submission,status,points_earned,points_possible,ex01.other,02_other" ] ||
+  fail "--only: the header $(head -n 1 "$csv2")"
+grep -qxF "ann,ann.tar.gz,$graded,1,1,1,1/1" "$csv2" || fail "--only: ann's row: $(grep ^ann "$csv2")"
+grep -qxF "bob,bob.tar.gz,$graded,0,1,0,0/1" "$csv2" || fail "--only: bob's row: $(grep ^bob "$csv2")"
+status=0
+"$grade_all" --build "$src/build" --from "$src" --only 09_none "$work/in2" "$work/out3" >"$work/only.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q -- '--only 09_none: no such assignment' "$work/only.out" || fail "--only of no assignment: status $status"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed"

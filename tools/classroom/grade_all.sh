@@ -9,6 +9,9 @@
 #   --timeout S          the time limit of one submission's grading, in seconds (default 1200)
 #   --case-timeout S     the time limit of one test (default 120): a test that runs longer fails
 #   --build-timeout S    the time limit of one submission's build (default 900)
+#   --only A[,A...]      grade these assignments only (their rubrics' names, as 02_data_parallel):
+#                        the clean copy has holes in their exercises alone, the others solved,
+#                        and the points are out of theirs
 #   --no-sandbox         run the students' code as the teacher's user, unconfined (only where
 #                        no sandbox can be made; every row then says so)
 #
@@ -35,7 +38,8 @@
 #    grading ends, nothing the student's code started is left running.
 #
 # OUT_DIR/grades.csv (RFC 4180: fields with a comma, a quote or a line break are quoted):
-# student,submission,status,points_earned,points_possible, then each exercise's points.
+# student,submission,status,points_earned,points_possible, then each exercise's points, then
+# each assignment's as EARNED/POSSIBLE.
 # OUT_DIR/results/STUDENT/: what may go back to the student: the score sheet, points.csv,
 # points.json, the manifest, the build log and the logs of the visible cases; a hidden case's
 # log there says only its name, its points and passed or failed. OUT_DIR/teacher/STUDENT/logs/:
@@ -46,14 +50,14 @@
 # not be made.
 set -uo pipefail
 
-usage="usage: tools/classroom/grade_all.sh [--build DIR] [--from SOURCE] [--timeout S] [--case-timeout S] [--build-timeout S] [--no-sandbox] SUBMISSIONS_DIR OUT_DIR"
+usage="usage: tools/classroom/grade_all.sh [--build DIR] [--from SOURCE] [--timeout S] [--case-timeout S] [--build-timeout S] [--only ASSIGNMENT[,...]] [--no-sandbox] SUBMISSIONS_DIR OUT_DIR"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build="$root/build" from="$root" timeout=1200 case_timeout=120 build_timeout=900 sandboxed=1 args=()
+build="$root/build" from="$root" timeout=1200 case_timeout=120 build_timeout=900 sandboxed=1 only="" args=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
     -h|--help) echo "$usage"; exit 0 ;;
     --no-sandbox) sandboxed=0; shift ;;
-    --build|--from|--timeout|--case-timeout|--build-timeout)
+    --build|--from|--timeout|--case-timeout|--build-timeout|--only)
       [ "$#" -ge 2 ] || { echo "grade_all.sh: $1 needs a value" >&2; exit 2; }
       case "$1" in
         --build) build=$2 ;;
@@ -61,6 +65,7 @@ while [ "$#" -gt 0 ]; do
         --timeout) timeout=$2 ;;
         --case-timeout) case_timeout=$2 ;;
         --build-timeout) build_timeout=$2 ;;
+        --only) only=$2 ;;
       esac
       shift 2 ;;
     -*) echo "grade_all.sh: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
@@ -79,6 +84,16 @@ student_copy="$build/bin/student_copy"
 [ -d "$from/chapters" ] || { echo "grade_all.sh: --from $from: not this repository" >&2; exit 2; }
 from=$(cd "$from" && pwd)
 rubrics="$from/tools/classroom/rubrics"
+# --only: the chosen assignments' rubrics, and their exercises (student_copy --only).
+only_exercises=""
+if [ -n "$only" ]; then
+  IFS=, read -ra chosen <<<"$only"
+  for a in "${chosen[@]}"; do
+    [ -f "$rubrics/$a.rubric" ] || { echo "grade_all.sh: --only $a: no such assignment (no $rubrics/$a.rubric)" >&2; exit 2; }
+  done
+  only_exercises=$(for a in "${chosen[@]}"; do awk '$1 == "exercise" { print $2 }' "$rubrics/$a.rubric"; done | paste -sd, -)
+  [ -n "$only_exercises" ] || { echo "grade_all.sh: --only $only: those assignments have no exercise" >&2; exit 2; }
+fi
 grade="$root/tools/grade.sh" sandbox="$root/tools/classroom/sandbox.sh"
 if [ "$sandboxed" -eq 1 ]; then
   "$sandbox" -- true >/dev/null 2>&1
@@ -97,6 +112,11 @@ mkdir -p "$out" && echo "$marker_line" >"$out/.grade_all" || { echo "grade_all.s
 out=$(cd "$out" && pwd)
 work="$out/work/copy" clean="$out/clean" sums="$out/clean.sha256"
 rm -rf "$out/work" && mkdir -p "$out/work"
+# The rubrics grade.sh reads: all of them, or the chosen assignments' only.
+if [ -n "$only" ]; then
+  mkdir -p "$out/work/rubrics" && for a in "${chosen[@]}"; do cp "$rubrics/$a.rubric" "$out/work/rubrics/"; done
+  rubrics="$out/work/rubrics"
+fi
 
 # --- The clean copy's sources (the files that hold exercises are needed to check submissions).
 # Kept from an earlier run only while every file is what its manifest says.
@@ -104,17 +124,23 @@ if [ -f "$clean/.built" ] && ! (cd "$clean" && sha256sum --quiet --strict -c "$s
   echo "== the clean copy in $clean differs from its manifest ($sums): made again"
   rm -f "$clean/.built"
 fi
+if [ -f "$clean/.built" ] && [ "$(cat "$out/clean.only" 2>/dev/null)" != "$only_exercises" ]; then
+  echo "== the clean copy in $clean has holes in other exercises than this run's: made again"
+  rm -f "$clean/.built"
+fi
 if [ ! -f "$clean/.built" ]; then
   rm -rf "$clean" "$sums"
-  "$student_copy" --from "$from" --to "$work" >"$out/clean.log" 2>&1 ||
+  printf '%s\n' "$only_exercises" >"$out/clean.only"
+  "$student_copy" --from "$from" --to "$work" ${only_exercises:+--only "$only_exercises"} >"$out/clean.log" 2>&1 ||
     { cat "$out/clean.log" >&2; echo "grade_all.sh: the student copy could not be made ($out/clean.log)" >&2; exit 2; }
   allowed_list="$work/STUDENT_COPY.tsv"
 else
   allowed_list="$clean/STUDENT_COPY.tsv"
 fi
 
-# The exercises, in the rubrics' order: the table's columns.
+# The exercises, in the rubrics' order, then each assignment's total: the table's columns.
 mapfile -t columns < <(awk '$1 == "exercise" { print $2 }' "$rubrics"/*.rubric)
+mapfile -t assignment_columns < <(for f in "$rubrics"/*.rubric; do basename "$f" .rubric; done)
 
 # check_submission FILE EXTRACTED: sets $why to "" when FILE is a well-formed submission (then
 # unpacked into EXTRACTED, its student in $student), else to why not. Every step is bounded:
@@ -195,6 +221,7 @@ csv="$out/grades.csv"
 {
   printf 'student,submission,status,points_earned,points_possible'
   printf ',%s' "${columns[@]}"
+  printf ',%s' "${assignment_columns[@]}"
   printf '\n'
 } >"$csv"
 rows=() not_graded=0
@@ -204,6 +231,13 @@ row() {  # student submission status earned possible [points.csv]
   for c in "${columns[@]}"; do
     if [ -n "${6:-}" ]; then
       line+=,$(awk -F, -v e="$c" '$3 == e && $8 != "missing" && $8 != "skipped" { s += $6; n++ } END { if (n) print s }' "$6")
+    else
+      line+=,
+    fi
+  done
+  for c in "${assignment_columns[@]}"; do  # earned of possible, as "5/6"
+    if [ -n "${6:-}" ]; then
+      line+=,$(awk -F, -v a="$c" '$2 == a { e += $6; p += $7; n++ } END { if (n) print e "/" p }' "$6")
     else
       line+=,
     fi
