@@ -179,7 +179,9 @@ void walk(const fs::path& source, const fs::path& dir, const fs::path& destinati
 }
 
 // The note at the top of the copy: which exercises are holes and how to grade them.
-std::string student_note(const Found& found, const std::set<std::string>& only) {
+// Where each hole is in THIS copy (file:line of its comment): not the answer key's line ranges,
+// which would say how long each answer is, and point at the wrong lines here.
+std::string student_note(const Holes& holes) {
   std::string s =
       "# A student copy\n\n"
       "This is a copy of the repository in which the exercises below are holes: the code that\n"
@@ -191,11 +193,10 @@ std::string student_note(const Found& found, const std::set<std::string>& only) 
       "The folder handouts/ has one page per assignment: what to write and where, the points, the\n"
       "expected time, how to test and how to hand in (tools/classroom/submit.sh, which packs the\n"
       "files listed in STUDENT_COPY.tsv).\n\n"
-      "| exercise | where |\n|---|---|\n";
-  for (const auto& [exercise, regions] : found) {
-    if (!only.empty() && !only.count(exercise)) continue;
+      "| exercise | its holes (file:line) |\n|---|---|\n";
+  for (const auto& [exercise, places] : holes.at) {
     std::string where;
-    for (const std::string& r : regions) where += (where.empty() ? "" : ", ") + ("`" + r + "`");
+    for (const std::string& p : places) where += (where.empty() ? "" : ", ") + ("`" + p + "`");
     s += "| " + exercise + " | " + where + " |\n";
   }
   return s;
@@ -308,7 +309,7 @@ int run(int argc, char** argv) {
     found.clear();
     where = {};
     walk(source, source, fs::canonical(destination), destination, only, found, where);
-    write_file(destination / "STUDENT_COPY.md", student_note(found, only));
+    write_file(destination / "STUDENT_COPY.md", student_note(where));
     write_file(destination / "STUDENT_COPY.tsv", exercise_files(where));
     write_handouts(source, destination / "handouts", where);
     fs::remove(destination / kUnfinishedName);  // last
