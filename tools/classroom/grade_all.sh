@@ -346,7 +346,7 @@ for entry in "${accepted[@]}"; do
   done
   echo "   $student: building"
   if [ "$sandboxed" -eq 1 ]; then
-    "$sandbox" --rw "$work" --chdir "$work" --time "$build_timeout" --output 4194304 --memory 8192 --tmp-size 1024 \
+    "$sandbox" --rw "$work" --chdir "$work" --time "$build_timeout" --output 4194304 --memory 16384 --tmp-size 1024 \
       -- cmake --build "$work/build" -j"$(nproc)" >"$results/build.log" 2>&1
   else
     timeout --kill-after=10 "$build_timeout" cmake --build "$work/build" -j"$(nproc)" >"$results/build.log" 2>&1
