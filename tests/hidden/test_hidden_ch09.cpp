@@ -1,12 +1,14 @@
-// Chapter 09's hidden cases: BatchNorm's backward pass (ex09.batch_norm_backward) on shapes and
+// Chapter 09's hidden cases. BatchNorm's backward pass (ex09.batch_norm_backward) on shapes and
 // values the visible test (tests/test_resnet_layers.cpp, "BatchNorm training") never uses: two
 // values a channel, one channel, many channels of one pixel, one image, values far from zero,
 // a gamma near zero and a negative one. The same properties: dz, dgamma and dbeta against finite
 // differences of a reference BatchNorm in double; dgamma and dbeta added to what they held.
+// SyncBN (ex09.sync_batch_norm) on four devices with uneven shards, one of a single image.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "chapters/09_resnet/layers.h"
@@ -14,6 +16,7 @@
 #include "common/random.h"
 #include "helpers.h"
 #include "reference.h"
+#include "resnet_model.h"  // the network on k devices (test_resnet.cpp's Model)
 
 namespace {
 
@@ -90,4 +93,23 @@ TEST_CASE("hidden BatchNorm backward: two values a channel, one channel, one-pix
     check_gradient(minus(dgamma.download(), start), gd, sample_indices(C, C, rng), kEps, kTol, L, "dgamma");
     check_gradient(minus(dbeta.download(), start), bd, sample_indices(C, C, rng), kEps, kTol, L, "dbeta");
   }
+}
+
+TEST_CASE("hidden SyncBN: four devices with shards of 1, 3, 2 and 1 images compute one device's gradient") {
+  // The visible case splits 7 images 4 + 3 and 3 + 2 + 2; here one device holds a single image
+  // (its own statistics would be a single value per channel at stage 4: 1x1 pixels) and the
+  // network is another width, so a SyncBN that skips a device's sums, or counts its own
+  // images only, is far off.
+  const resnet_testing::HostBatch b = resnet_testing::random_batch(7, 77);
+  resnet_testing::Model one(1, 2, 7, resnet::BatchNormMode::Sync);
+  one.load(b, {7});
+  const std::vector<float> want = one.gradient();
+  const std::vector<float> want_state = one.replicas[0].state.download();
+  resnet_testing::Model many(4, 2, 3, resnet::BatchNormMode::Sync);
+  many.load(b, {1, 3, 2, 1});
+  const std::vector<float> got = many.gradient();
+  resnet_testing::check_tensors_close(many.net, many.net.params, got, want, 1e-4, "gradient");
+  for (int i = 0; i < 4; ++i)
+    resnet_testing::check_tensors_close(many.net, many.net.state, many.replicas[i].state.download(), want_state, 1e-5,
+                                        "device " + std::to_string(i) + " running statistic");
 }
