@@ -152,3 +152,27 @@ TEST_CASE("hidden ring allreduce: other seeds, a buffer larger than the data, 5 
       CHECK(testing::count_wrong_sums(k, n, 424242 + 13 * k + n, ring_of(n + 1000), 5) == 0);
     }
 }
+
+TEST_CASE("hidden get_params: every device of four, other weights, each call a copy of its own") {
+  mgpu::DeviceSet devices(4);
+  const lenet::HostParams host = lenet::init_params(99, 0.5f);  // another seed and scale than the visible case's
+  for (lenet::Layout layout : {lenet::Layout::PerTensor, lenet::Layout::Flat}) {
+    CAPTURE(layout == lenet::Layout::Flat);
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      lenet::Params p = dp::get_params(host, devices[i], layout);
+      CHECK(p.layout() == layout);
+      CHECK(p.download() == host);  // bit for bit
+      for (int t = 0; t < lenet::kParamTensors; ++t) {
+        const std::size_t bytes = std::size_t(lenet::kParams[t].count) * sizeof(float);
+        CHECK_NOTHROW(mgpu::check_owned(devices[i], p.tensors[t], bytes, "get_params"));
+        for (int j = 0; j < 4; ++j)
+          if (j != i) CHECK_THROWS_AS(mgpu::check_owned(devices[j], p.tensors[t], bytes, "get_params"), mgpu::Error);
+      }
+    }
+  }
+  // Two calls for one device: two copies, not one shared (a replica's SGD step must not move another's).
+  lenet::Params a = dp::get_params(host, devices[2], lenet::Layout::Flat);
+  lenet::Params b = dp::get_params(host, devices[2], lenet::Layout::Flat);
+  for (int t = 0; t < lenet::kParamTensors; ++t) CHECK(a.tensors[t] != b.tensors[t]);
+}
