@@ -31,7 +31,7 @@
 set -uo pipefail
 
 usage="usage: tools/classroom/sandbox.sh [--ro DIR]... [--rw DIR]... [--tmpfs DIR]... [--chdir DIR] [--time S] [--memory MiB] [--file-size MiB] [--processes N] [--tmp-size MiB] [--output BYTES] -- COMMAND [ARG]..."
-binds=() chdir=/ time=600 memory=4096 file_size=256 processes=256 tmp_size=64 output=1048576
+binds=() tmpfs_dirs=() chdir=/ time=600 memory=4096 file_size=256 processes=256 tmp_size=64 output=1048576
 whole() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "sandbox.sh: $1 '$2': a whole number, at least 1" >&2; exit 2; }; }
 folder() { [ -d "$2" ] || { echo "sandbox.sh: $1 $2: no such folder" >&2; exit 2; }; }
 while [ "$#" -gt 0 ]; do
@@ -43,7 +43,7 @@ while [ "$#" -gt 0 ]; do
       case "$1" in
         --ro) folder "$1" "$2"; binds+=(--ro-bind "$(realpath "$2")" "$(realpath "$2")") ;;
         --rw) folder "$1" "$2"; binds+=(--bind "$(realpath "$2")" "$(realpath "$2")") ;;
-        --tmpfs) binds+=(--size "TMPSIZE" --tmpfs "$2") ;;
+        --tmpfs) tmpfs_dirs+=("$2") ;;
         --chdir) chdir=$2 ;;
         --time) whole "$1" "$2"; time=$2 ;;
         --memory) whole "$1" "$2"; memory=$2 ;;
@@ -58,7 +58,8 @@ while [ "$#" -gt 0 ]; do
 done
 [ "$#" -ge 1 ] || { echo "$usage" >&2; exit 2; }
 command -v bwrap >/dev/null || { echo "sandbox.sh: no bwrap here (Debian's package bubblewrap): no sandbox" >&2; exit 77; }
-binds=("${binds[@]/TMPSIZE/$((tmp_size * 1024 * 1024))}")
+# The --tmpfs folders go over the binds (a build's Testing/ inside a read-only copy).
+for dir in "${tmpfs_dirs[@]}"; do binds+=(--size $((tmp_size * 1024 * 1024)) --tmpfs "$dir"); done
 
 # /etc: only what the toolchain, the dynamic linker and MPI read (Debian's alternatives: c++,
 # cc, libblas.so.3 are links through /etc/alternatives), and the users and hosts (not
