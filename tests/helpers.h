@@ -110,6 +110,29 @@ inline void check_equal(const std::vector<float>& got, const std::vector<float>&
 //   (L(theta + eps e_i) - L(theta - eps e_i)) / (2 eps)
 // Exact for a function that is linear in theta[i] (up to rounding), and off by
 // O(eps^2) for a smooth one. theta is restored before returning.
+// v - start, element by element: what a backward pass ADDED into a gradient that held `start`.
+inline std::vector<float> minus(const std::vector<float>& v, float start) {
+  std::vector<float> r;
+  for (float x : v) r.push_back(x - start);
+  return r;
+}
+
+// A layer's backward pass called a second time on the same input: the parameter gradients dW
+// and db, added into, are twice the first call's (gW, gb: how a batch's chunks sum up), and the
+// input gradient dx, overwritten, is the first call's again, bit for bit (gx).
+template <class Backward>
+void check_second_call(Backward backward, const mgpu::Buffer<float>& dW, const std::vector<float>& gW,
+                       const mgpu::Buffer<float>& db, const std::vector<float>& gb, const mgpu::Buffer<float>& dx,
+                       const std::vector<float>& gx, double rtol) {
+  backward();
+  ref::Tensor twice_W, twice_b;
+  for (float g : gW) twice_W.push_back(2.0 * g);
+  for (float g : gb) twice_b.push_back(2.0 * g);
+  check_close(dW.download(), twice_W, rtol, "dW after two calls");
+  check_close(db.download(), twice_b, rtol, "db after two calls");
+  check_equal(dx.download(), gx, "dx after two calls");
+}
+
 template <class Loss>
 double central_difference(ref::Tensor& theta, std::size_t i, double eps, Loss loss) {
   const double saved = theta[i];

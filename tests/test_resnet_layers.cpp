@@ -170,6 +170,7 @@ using nn::ConvShape;
 using testing::check_close;
 using testing::check_equal;
 using testing::check_gradient;
+using testing::minus;
 using testing::on_device;
 using testing::poisoned;
 using testing::random_floats;
@@ -189,12 +190,6 @@ std::string describe(ImageShape s, ConvShape c) {
          std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" + std::to_string(c.padding);
 }
 
-// v - start, element by element: what a backward ADDED into a gradient that started at `start`.
-std::vector<float> minus(const std::vector<float>& v, float start) {
-  std::vector<float> r;
-  for (float x : v) r.push_back(x - start);
-  return r;
-}
 
 // ------------------------------------------------------------------------- convolution
 

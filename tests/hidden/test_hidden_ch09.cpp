@@ -21,6 +21,7 @@
 namespace {
 
 using testing::check_gradient;
+using testing::minus;
 using testing::on_device;
 using testing::poisoned;
 using testing::random_floats;
@@ -42,11 +43,6 @@ ref::Tensor batch_norm(const ref::Tensor& z, int C, std::size_t n, const ref::Te
       y[c * n + j] = gamma[c] * (z[c * n + j] - mean) / std::sqrt(var + kBnEps) + beta[c];
   }
   return y;
-}
-
-std::vector<float> minus(std::vector<float> v, float start) {
-  for (float& x : v) x -= start;
-  return v;
 }
 
 }  // namespace
