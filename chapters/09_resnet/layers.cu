@@ -98,14 +98,11 @@ struct Im2col {
 };
 }  // namespace
 
-namespace {
-// Throws mgpu::Error, naming `call`, unless [first, first + count) is a slice of the batch.
 void check_slice(ImageShape xs, int first, int count, const char* call) {
   if (first < 0 || count < 0 || first > xs.batch - count)
     throw mgpu::Error(std::string(call) + ": images " + std::to_string(first) + ".." +
                       std::to_string(i64(first) + count - 1) + " of a batch of " + std::to_string(xs.batch));
 }
-}  // namespace
 
 void im2col_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count, float* col) {
   check_channels(xs, c, "im2col");
@@ -322,12 +319,6 @@ void batch_norm_square_sums(const Device& d, const float* z, int channels, i64 n
   if (!(count >= 1)) throw mgpu::Error("batch_norm_square_sums: no values to normalize over");
   channel_sums(d, channels, n, CenteredSquare{z, sums, count}, scratch, sums + channels, nullptr, nullptr, nullptr,
                kF * channels * n);
-}
-
-void batch_norm_moments(const Device& d, const float* z, int channels, i64 n, ReductionScratch& scratch,
-                        float* sums) {
-  batch_norm_sums(d, z, channels, n, scratch, sums);
-  batch_norm_square_sums(d, z, channels, n, double(n), scratch, sums);
 }
 
 namespace {

@@ -48,6 +48,8 @@ int conv_output_size(int in, int kernel, int stride, int padding);
 ImageShape conv_output_shape(ImageShape xs, ConvShape c);
 // Throws mgpu::Error, naming `call`, unless xs has the convolution's input channels.
 void check_channels(ImageShape xs, ConvShape c, const char* call);
+// Throws mgpu::Error, naming `call`, unless [first, first + count) is a slice of xs's batch.
+void check_slice(ImageShape xs, int first, int count, const char* call);
 
 // col [Cin*k*k][B*Ho*Wo]: row (c, ky, kx), column (b, oy, ox) holds x[c][b][oy*s + ky - p][ox*s + kx - p],
 // or 0 where that pixel lies in the padding.
@@ -120,11 +122,6 @@ void batch_norm_sums(const Device& d, const float* z, int channels, std::int64_t
                      float* sums);
 void batch_norm_square_sums(const Device& d, const float* z, int channels, std::int64_t n, double count,
                             ReductionScratch& scratch, float* sums);
-// Steps 1 and 2 for one device's own statistics (BatchNorm per device: count = n, nothing summed
-// in between): sums [2][C] = (sum z, sum (z - mean)^2). Here the two passes, one after the other;
-// a table of layer kernels may do both in one read of z (chapter 10's "tiled": Chan's merge).
-void batch_norm_moments(const Device& d, const float* z, int channels, std::int64_t n, ReductionScratch& scratch,
-                        float* sums);
 void batch_norm_statistics(const Device& d, const float* sums, double count, int channels, float eps, float momentum,
                            float* running_mean, float* running_var, float* stats);
 // stats [2][C] = (running_mean, 1 / sqrt(running_var + eps)): what evaluation normalizes with.
@@ -162,8 +159,8 @@ void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, f
 //
 // resnet.cpp reaches the convolutions and BatchNorm only through the LayerKernels a program
 // chose (layer_kernels()). This class's own methods are the reference: each calls this library's
-// function of the same job, above (batch_norm_moments: this table's own batch_norm_sums, then its
-// batch_norm_square_sums). A later chapter derives from it, overrides the jobs it does faster,
+// function of the same job, above (batch_norm_moments, which has none: this table's own
+// batch_norm_sums, then its batch_norm_square_sums). A later chapter derives from it, overrides the jobs it does faster,
 // and registers an instance (register_layer_kernels); 09_resnet --kernels NAME then runs it.
 // Chapter 10 registers "raw" (raw CUDA kernels for im2col, col2im and BatchNorm) and "tiled" (the
 // convolution a few images at a time, each slice's col in cache; BatchNorm's sums block by block,
@@ -199,6 +196,9 @@ class LayerKernels {
                                ReductionScratch& scratch, float* sums) const;
   virtual void batch_norm_square_sums(const Device& d, const float* z, int channels, std::int64_t n, double count,
                                       ReductionScratch& scratch, float* sums) const;
+  // Steps 1 and 2 for one device's own statistics (BatchNorm per device: count = n, nothing
+  // summed in between): sums [2][C] = (sum z, sum (z - mean)^2). Here this table's two passes,
+  // one after the other; a table may do both in one read of z (chapter 10's "tiled": Chan's merge).
   virtual void batch_norm_moments(const Device& d, const float* z, int channels, std::int64_t n,
                                   ReductionScratch& scratch, float* sums) const;
   virtual void batch_norm_apply(const Device& d, const float* z, int channels, std::int64_t n, const float* stats,

@@ -26,6 +26,15 @@ MGPU_HD double block_sum(int m, Term term) {
 
 MGPU_HD inline int block_length(i64 n, i64 first) { return n - first < kBlock ? int(n - first) : kBlock; }
 
+// The sum of term(j) over j = 0..n-1, block by block (each block a block_sum, added in double).
+template <class Term>
+MGPU_HD double row_sum(i64 n, Term term) {
+  double total = 0;
+  for (i64 first = 0; first < n; first += kBlock)
+    total += block_sum(block_length(n, first), [&](int i) { return term(first + i); });
+  return total;
+}
+
 // Item: one channel c of z [C][n]: sum z and sum (z - mean)^2 in one read (Chan's merge of blocks).
 struct Moments {
   const float* z;
@@ -60,12 +69,8 @@ struct Sums {
   float* sums;
   i64 n;
   MGPU_HD void operator()(i64 c) const {
-    double total = 0;
-    for (i64 first = 0; first < n; first += kBlock) {
-      const float* v = z + c * n + first;
-      total += block_sum(block_length(n, first), [&](int i) { return double(v[i]); });
-    }
-    sums[c] = float(total);
+    const float* v = z + c * n;
+    sums[c] = float(row_sum(n, [&](i64 j) { return double(v[j]); }));
   }
 };
 
@@ -78,15 +83,11 @@ struct SquareSums {
   i64 n;
   MGPU_HD void operator()(i64 c) const {
     const double mean = sums[c] / count;
-    double total = 0;
-    for (i64 first = 0; first < n; first += kBlock) {
-      const float* v = z + c * n + first;
-      total += block_sum(block_length(n, first), [&](int i) {
-        const double centered = v[i] - mean;
-        return centered * centered;
-      });
-    }
-    squares[c] = float(total);
+    const float* v = z + c * n;
+    squares[c] = float(row_sum(n, [&](i64 j) {
+      const double centered = v[j] - mean;
+      return centered * centered;
+    }));
   }
 };
 
@@ -104,6 +105,7 @@ struct BackwardSums {
   MGPU_HD void operator()(i64 c) const {
     const float mean = stats[c], inv_std = stats[channels + c];
     double grad = 0, grad_xhat = 0;
+    // Both sums a block at a time: the second reads dy's block again from L1, not from memory.
     for (i64 first = 0; first < n; first += kBlock) {
       const float* g = dy + c * n + first;
       const float* v = z + c * n + first;

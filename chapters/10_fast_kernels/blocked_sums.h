@@ -32,7 +32,7 @@ using mgpu::Device;
 constexpr int kBlock = 2048;  // values a block: 8 KB of floats
 constexpr int kLanes = 8;     // partial sums a block: doubles, one 512-bit register or two 256-bit ones
 
-// nn::batch_norm_moments in one read of z [C][n]: sums [2][C] = (sum z, sum (z - mean)^2), mean
+// nn::LayerKernels::batch_norm_moments in one read of z [C][n]: sums [2][C] = (sum z, sum (z - mean)^2), mean
 // the channel's; n >= 1 (else mgpu::Error).
 void batch_norm_moments_blocked(const Device& d, const float* z, int channels, std::int64_t n, float* sums);
 // nn::batch_norm_sums and nn::batch_norm_square_sums, block by block (SyncBN's two passes).

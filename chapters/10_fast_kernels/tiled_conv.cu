@@ -121,9 +121,7 @@ void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvS
   if (!unfolds_by_shifting(xs, c))
     throw mgpu::Error("im2col_shifted_images: needs stride 1 and an output as large as the input (2p = k - 1); got k" +
                       std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" + std::to_string(c.padding));
-  if (first < 0 || count < 0 || first > xs.batch - count)
-    throw mgpu::Error("im2col_shifted_images: images " + std::to_string(first) + ".." +
-                      std::to_string(i64(first) + count - 1) + " of a batch of " + std::to_string(xs.batch));
+  nn::check_slice(xs, first, count, "im2col_shifted_images");
   const int rows = c.in_channels * c.kernel * c.kernel, span = count * xs.height * xs.width;
   mgpu::for_each_span(d, rows, span,
                       Im2colShifted{x, col, xs.batch, first, count, xs.height, xs.width, c.kernel, c.padding},
