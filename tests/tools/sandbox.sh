@@ -79,6 +79,8 @@ echo "-- a wrong command line"
 run 2 --time 0 -- true
 run 2 --ro "$work/none" -- true
 run 2 --bogus -- true
+run 2 --tmpfs relative/path -- true
+run 2 --chdir relative/path -- true
 run 2
 
 if [ "$failures" -gt 0 ]; then

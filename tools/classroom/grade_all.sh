@@ -325,10 +325,11 @@ redact_hidden_logs() {  # RESULTS_DIR POINTS_CSV
       >"$1/logs/$case.log"
   done < <(tail -n +2 "$2")
 }
-# The build log with the copy's path taken out: a file is named by its place in the repository.
-strip_copy_path() {  # FILE
+# replace_in_file FILE FROM TO: every FROM in FILE replaced by TO (plain text, not a pattern: a
+# path may hold any character sed would read as one).
+replace_in_file() {
   local line
-  while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "${line//"$work/"/}"; done <"$1" >"$1.tmp" && mv "$1.tmp" "$1"
+  while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "${line//"$2"/"$3"}"; done <"$1" >"$1.tmp" && mv "$1.tmp" "$1"
 }
 
 # --- 3. Each accepted submission, in a sandbox.
@@ -352,7 +353,7 @@ for entry in "${accepted[@]}"; do
     timeout --kill-after=10 "$build_timeout" cmake --build "$work/build" -j"$(nproc)" >"$results/build.log" 2>&1
   fi
   status=$?
-  strip_copy_path "$results/build.log"
+  replace_in_file "$results/build.log" "$work/" ""  # a file named by its place in the repository
   if [ "$status" -ne 0 ]; then
     if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then why="build timed out after $build_timeout s"; else why="does not build"; fi
     grep -m 3 'error' "$results/build.log" | while IFS= read -r line; do printf '   %s\n' "$line"; done
@@ -371,8 +372,7 @@ for entry in "${accepted[@]}"; do
   cp -r "$work/build/grade" "$teacher/logs" 2>/dev/null
   cp -r "$work/build/grade" "$results/logs" 2>/dev/null
   [ -f "$work/build/grade/points.csv" ] && redact_hidden_logs "$results" "$work/build/grade/points.csv"
-  while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "${line//"$work/build/grade/"/"$results/logs/"}"; done \
-    <"$results/sheet.txt" >"$results/sheet.txt.tmp" && mv "$results/sheet.txt.tmp" "$results/sheet.txt"
+  replace_in_file "$results/sheet.txt" "$work/build/grade/" "$results/logs/"
   [ "$sandboxed" -eq 1 ] || echo "graded without a sandbox (--no-sandbox)" >>"$results/sheet.txt"
   if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "   $student: timed out after $timeout s ($results/sheet.txt)"

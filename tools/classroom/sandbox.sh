@@ -34,6 +34,7 @@ usage="usage: tools/classroom/sandbox.sh [--ro DIR]... [--rw DIR]... [--tmpfs DI
 binds=() tmpfs_dirs=() chdir=/ time=600 memory=4096 file_size=256 processes=256 tmp_size=64 output=1048576
 whole() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "sandbox.sh: $1 '$2': a whole number, at least 1" >&2; exit 2; }; }
 folder() { [ -d "$2" ] || { echo "sandbox.sh: $1 $2: no such folder" >&2; exit 2; }; }
+absolute() { [[ $2 == /* ]] || { echo "sandbox.sh: $1 $2: not an absolute path" >&2; exit 2; }; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
     -h|--help) echo "$usage"; exit 0 ;;
@@ -43,8 +44,8 @@ while [ "$#" -gt 0 ]; do
       case "$1" in
         --ro) folder "$1" "$2"; binds+=(--ro-bind "$(realpath "$2")" "$(realpath "$2")") ;;
         --rw) folder "$1" "$2"; binds+=(--bind "$(realpath "$2")" "$(realpath "$2")") ;;
-        --tmpfs) tmpfs_dirs+=("$2") ;;
-        --chdir) chdir=$2 ;;
+        --tmpfs) absolute "$1" "$2"; tmpfs_dirs+=("$2") ;;  # made in the sandbox where it is not
+        --chdir) absolute "$1" "$2"; chdir=$2 ;;
         --time) whole "$1" "$2"; time=$2 ;;
         --memory) whole "$1" "$2"; memory=$2 ;;
         --file-size) whole "$1" "$2"; file_size=$2 ;;
