@@ -1,6 +1,7 @@
 // The classroom kit's hole puncher (tools/classroom/holes.h): regions found and cut out
 // exactly, every malformed marker refused with its file and line, and the repository's own
-// markers all well-formed, one region set per graded exercise.
+// markers all well-formed, one region set per graded exercise; and the near-copy search
+// (near_copies.h) that proves no other file of a copy holds an answer.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "holes.h"
+#include "near_copies.h"
 
 namespace {
 
@@ -245,4 +247,26 @@ TEST_CASE("the repository's rubrics parse, and every one of their exercises is m
     }
   }
   CHECK(rubrics == 9);
+}
+
+TEST_CASE("near copies: tokens without comments or white space, shingles, and the share one text holds of another") {
+  using near_copies::tokens;
+  CHECK(tokens("x[i] += 1.5e-3f * y;  // a comment\n/* another\n one */ return;") ==
+        std::vector<std::string>{"x", "[", "i", "]", "+", "=", "1.5e-3f", "*", "y", ";", "return", ";"});
+  CHECK(tokens("  // only a comment\n").empty());
+  // Re-indented, re-commented, on other lines: the same tokens.
+  const std::string answer = "for (int i = 0; i < n; ++i) {  // each element\n  y[i] = a * x[i] + y[i];\n}\n";
+  const std::string pasted = "/* mine */ for (int i = 0;\n i < n;\n ++i) { y[i] = a * x[i] + y[i]; }";
+  CHECK(tokens(answer) == tokens(pasted));
+
+  const auto a = near_copies::shingles(tokens(answer), 8);
+  CHECK(a.size() == tokens(answer).size() - 8 + 1);  // every run of 8 differs here
+  CHECK(near_copies::shingles(tokens("a b c"), 8).empty());  // fewer tokens than a shingle
+  CHECK(near_copies::containment(a, near_copies::shingles(tokens(pasted), 8)) == doctest::Approx(1.0));
+  CHECK(near_copies::containment(a, near_copies::shingles(tokens("int main() { return 0; }"), 8)) == 0.0);
+  CHECK(near_copies::containment({}, a) == 0.0);  // nothing to look for
+  // Half of the answer (its loop header) elsewhere: about a share of what is shared, not all or nothing.
+  const double half = near_copies::containment(a, near_copies::shingles(tokens("for (int i = 0; i < n; ++i) { z[i] = 0; }"), 8));
+  CHECK(half > 0.2);
+  CHECK(half < 0.8);
 }

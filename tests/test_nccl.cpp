@@ -111,7 +111,7 @@ TEST_CASE("NCCL refuses two ranks on one GPU, and says so before NCCL is called"
 }
 #else
 TEST_CASE("the cpu build's NCCL stand-in refuses a call outside a group and a group missing a rank") {
-  // What a student's NcclAllreduce::run without the group, or with one call too few, meets here
+  // What a student's group_calls without the group, or with one call too few, meets here
   // (on a real NCCL: a hang, or not, depending on the version).
   mgpu::DeviceSet devices(2);
   const std::size_t n = 100;
@@ -131,9 +131,7 @@ TEST_CASE("the cpu build's NCCL stand-in refuses a call outside a group and a gr
                        mgpu::Error);
   // Nothing was summed by the refused calls; a whole group sums.
   CHECK(data[0].download() == std::vector<float>(n, 1.0f));
-  MGPU_CHECK_NCCL(ncclGroupStart());
-  for (int i = 0; i < 2; ++i) mgpu::allreduce(comms[i], devices[i], data[i].data(), mgpu::Elements{n}, ncclAvg);
-  MGPU_CHECK_NCCL(ncclGroupEnd());
+  nccl::group_calls(2, [&](int i) { mgpu::allreduce(comms[i], devices[i], data[i].data(), mgpu::Elements{n}, ncclAvg); });
   for (int i = 0; i < 2; ++i) CHECK(data[i].download() == std::vector<float>(n, 1.5f));
   for (ncclComm_t& c : comms) mgpu::close_communicator(c, false);
 }

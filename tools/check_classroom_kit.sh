@@ -2,8 +2,9 @@
 # Proves the classroom kit honest: in a student copy (tools/classroom/student_copy) the copy
 # builds, every exercise fails at its hole and earns no point, the tests that use no exercise's
 # code (ctest label needs_no_exercise, readme_links among them) still pass, the teacher's hidden
-# cases are left out and each assignment has its handout, and a solution tuned to the visible
-# tests (ex07.bubble's, for two stages only) earns the visible points and loses the hidden ones.
+# cases are left out and each assignment has its handout, no other file of the copy holds a
+# hole's answer (a similarity search, student_copy --find-answers), and a solution tuned to the
+# visible tests (ex07.bubble's, for two stages only) earns the visible points and loses the hidden ones.
 # (In the repository itself the exercises' ctest cases run with every test run, and pass;
 # tools/grade.sh BUILD_DIR shows them as a score sheet.)
 #
@@ -78,6 +79,24 @@ left_out=$(cd "$copy" && { grep -rl --include='*.md' 'is left out of the student
 [ "$left_out" -eq "$answers" ] || fail "$answers README(s) mark answer passages, but $left_out in the copy say one was left out"
 echo "answer passages left out of the copy's READMEs: $answers file(s)"
 
+echo "== the student copy: no other file holds a hole's answer (a similarity search)"
+# student_copy --find-answers: every hole's answer (its region here) against every text file of
+# the copy, as runs of 8 tokens, leaving out the code around the hole and idioms common to many
+# files (tools/classroom/near_copies.h). A file holding a quarter of what only the answer says fails.
+"$student_copy" --from "$root" --find-answers "$copy" >"$scratch/answers.txt" ||
+  { cat "$scratch/answers.txt"; fail "a file of the student copy holds a hole's answer"; }
+tail -1 "$scratch/answers.txt"
+# ...and it can fail: an answer pasted, re-indented and with its comments dropped, into a note is found.
+sed -n '/BEGIN EXERCISE ex02.allreduce/,/END EXERCISE ex02.allreduce/p' "$root/chapters/02_data_parallel/data_parallel.cpp" |
+  sed -e 's/^ *//' -e 's|//.*||' >"$copy/chapters/03_ring_allreduce/notes.txt"
+if "$student_copy" --from "$root" --find-answers "$copy" >"$scratch/planted.txt"; then
+  fail "an answer pasted into chapters/03_ring_allreduce/notes.txt was not found"
+fi
+grep -q 'HOLDS THE ANSWER: chapters/03_ring_allreduce/notes.txt holds 100% of ex02.allreduce' "$scratch/planted.txt" ||
+  { cat "$scratch/planted.txt"; fail "the pasted answer was not named"; }
+rm "$copy/chapters/03_ring_allreduce/notes.txt"
+echo "an answer pasted into a note is found"
+
 echo "== the student copy: points for every graded case, none earned"
 grep -Eq '^points: 0 of [1-9]' "$scratch/sheet.txt" || fail "the score sheet gives points in the student copy (or none at all)"
 grep -E '^points: ' "$scratch/sheet.txt"
@@ -89,9 +108,9 @@ echo "== hidden cases catch a solution tuned to the visible tests"
 # visible case's points and lose the hidden case's.
 pipeline="$copy/chapters/07_model_parallel/pipeline.cpp"
 cp "$pipeline" "$scratch/pipeline.cpp.hole"
-tuned='double sum = 0; for (double t : stage_time) sum += t; '
-tuned+='const double slowest = std::max(stage_time[0], stage_time.size() > 1 ? stage_time[1] : 0.0); '
-tuned+='for (double t : stage_time) idle.push_back(1.0 - m * t / ((m - 1) * slowest + sum));'
+# (The tuned answer is the teacher's: it lives with the hidden cases, out of the student copy,
+# since it is most of the real answer.)
+tuned=$(cat "$root/tests/hidden/tuned_ex07_bubble.txt")
 grep -q 'mgpu::exercise_not_done("ex07.bubble"' "$pipeline" || fail "no ex07.bubble hole in $pipeline"
 awk -v tuned="$tuned" '/mgpu::exercise_not_done\("ex07.bubble"/ { sub(/mgpu::exercise_not_done.*/, tuned) } { print }' \
   "$scratch/pipeline.cpp.hole" >"$pipeline"

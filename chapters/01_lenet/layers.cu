@@ -160,20 +160,25 @@ void conv2d_forward(const Device& d, const float* x, ImageShape s, const float* 
   bias_activation(d, z, b, out_channels, P, act);
 }
 
-void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float* W, int out_channels, int k,
-                     const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx) {
+void conv2d_backward_products(const Device& d, const float* dz, const float* col, const float* W, const float* ones,
+                              int out_channels, int K, int P, float* dW, float* db, float* dcol) {
   // BEGIN EXERCISE ex01.conv_backward
-  const int P = s.batch * (s.height - k + 1) * (s.width - k + 1);
-  const int K = s.channels * k * k;
   // dW += dz col^T          [Cout x K] = [Cout x P][P x K]
   gemm(d, Transpose::No, Transpose::Yes, out_channels, K, P, 1.0f, dz, col, 1.0f, dW);
   // db += dz ones           [Cout x 1] = [Cout x P][P x 1]: each row of dz summed
   gemm(d, Transpose::No, Transpose::No, out_channels, 1, P, 1.0f, dz, ones, 1.0f, db);
-  if (!dx) return;
-  // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]; then fold the windows back
+  if (!dcol) return;
+  // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]
   gemm(d, Transpose::Yes, Transpose::No, K, P, out_channels, 1.0f, W, dz, 0.0f, dcol);
-  col2im(d, dcol, s, k, dx);
   // END EXERCISE ex01.conv_backward
+}
+
+void conv2d_backward(const Device& d, const float* dz, ImageShape s, const float* W, int out_channels, int k,
+                     const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx) {
+  const int P = s.batch * (s.height - k + 1) * (s.width - k + 1);  // output pixels, all images
+  const int K = s.channels * k * k;                                // inputs per output pixel
+  conv2d_backward_products(d, dz, col, W, ones, out_channels, K, P, dW, db, dx ? dcol : nullptr);
+  if (dx) col2im(d, dcol, s, k, dx);  // every window's gradient folded back onto the image
 }
 
 // --- ReLU

@@ -43,9 +43,15 @@ void bias_activation(const Device& d, float* z, const float* b, int rows, std::i
 void conv2d_forward(const Device& d, const float* x, ImageShape xs, const float* W, const float* b,
                     int out_channels, int k, Activation act, float* col, float* z);
 // From dz [Cout][B][Ho][Wo] and the forward pass's col: dW += dz col^T, db += dz ones,
-// dx = col2im(W^T dz) (dcol is scratch of col's size).
+// dx = col2im(W^T dz) (dcol is scratch of col's size; dx == nullptr skips dcol and dx).
 void conv2d_backward(const Device& d, const float* dz, ImageShape xs, const float* W, int out_channels, int k,
                      const float* col, const float* ones, float* dW, float* db, float* dcol, float* dx);
+// Its three products, for any way of unfolding the input: from dz [Cout][P] and col [K][P],
+// dW [Cout][K] += dz col^T, db [Cout] += dz ones (ones: P values of 1), and dcol [K][P] = W^T dz
+// (dcol == nullptr skips it). Chapter 09's convolutions (strides, padding) reuse it between
+// their own im2col and col2im.
+void conv2d_backward_products(const Device& d, const float* dz, const float* col, const float* W, const float* ones,
+                              int out_channels, int K, int P, float* dW, float* db, float* dcol);
 
 // --- ReLU, in place. Backward: dh *= (h > 0), where h is the forward output. (LeNet's forward
 // ReLUs are fused into bias_activation, the convolutions' backward ones into avgpool2_backward;

@@ -97,21 +97,30 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   // END EXERCISE ex02.allreduce
 }
 
-std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
-  if (data.size() != replicas.size()) throw mgpu::Error("split_batch: one mgpu::DeviceData per replica expected");
-  const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(replicas.size()));
+std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n,
+                             const std::vector<const Device*>& devices, const std::vector<mgpu::Batch*>& shards) {
+  if (data.size() != devices.size() || shards.size() != devices.size())
+    throw mgpu::Error("split_batch: one mgpu::DeviceData and one shard per device expected");
+  const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(devices.size()));
   if (first < 0 || first + n > data[0].images.count)
     throw mgpu::Error("split_batch: examples " + std::to_string(first) + ".." + std::to_string(first + n) +
                       " of the order run past the " + std::to_string(data[0].images.count) + " examples");
   // BEGIN EXERCISE ex02.split_batch
   int start = first;
-  for (std::size_t i = 0; i < replicas.size(); ++i) {
+  for (std::size_t i = 0; i < devices.size(); ++i) {
     // Queued on device i: the next sizes[i] indices of the order pick the examples it copies.
-    mgpu::gather(*replicas[i].device, data[i].images, data[i].order.data() + start, sizes[i], replicas[i].shard);
+    mgpu::gather(*devices[i], data[i].images, data[i].order.data() + start, sizes[i], *shards[i]);
     start += sizes[i];
   }
   // END EXERCISE ex02.split_batch
   return sizes;
+}
+
+std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
+  std::vector<const Device*> devices;
+  std::vector<mgpu::Batch*> shards;
+  for (Replica& r : replicas) devices.push_back(r.device), shards.push_back(&r.shard);
+  return split_batch(data, first, n, devices, shards);
 }
 
 std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size,

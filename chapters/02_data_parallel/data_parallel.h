@@ -81,6 +81,10 @@ class Allreduce : public mgpu::Collective {
 // the epoch's order; shard i (the next mgpu::shard_sizes(n, k)[i] of them) is gathered by device i,
 // from its own copy of the data, into replicas[i].shard. Returns the shard sizes.
 std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas);
+// The same for any model's replicas (chapter 09's ResNet calls it): shard i gathered by
+// *devices[i] into *shards[i]; one data, device and shard per replica.
+std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n,
+                             const std::vector<const Device*>& devices, const std::vector<mgpu::Batch*>& shards);
 
 // Forward and backward on replica r's shard of n examples (split_batch put it there): its
 // gradients are zeroed, then the shard's gradient is added in. Only queues work on r's device.

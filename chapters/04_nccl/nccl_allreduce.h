@@ -13,6 +13,7 @@
 #pragma once
 #include <nccl.h>
 
+#include <functional>
 #include <vector>
 
 #include "common/collective.h"
@@ -43,6 +44,11 @@ class NcclAllreduce : public mgpu::Collective {
   std::vector<ncclComm_t> comms_;  // comms_[i] drives devices[i]
   int exceptions_before_;          // std::uncaught_exceptions() when made: more later = unwinding
 };
+
+// Queues call(i) for i = 0 .. k-1, one NCCL call per communicator of this process, as one
+// group (the "why" above), every NCCL call checked. NcclAllreduce::run groups its k allreduces
+// with it; chapter 06's Nccl16Allreduce its k allreduces of 16-bit values.
+void group_calls(int k, const std::function<void(int i)>& call);
 
 // How many of `wanted` devices NCCL can use here: one per GPU (and at least one).
 int usable_devices(int wanted);

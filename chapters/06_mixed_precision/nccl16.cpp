@@ -4,8 +4,10 @@
 #include <exception>
 #include <string>
 
+#include "../04_nccl/nccl_allreduce.h"  // nccl::group_calls: chapter 04's group
 #include "common/nccl.h"
 #include "mixed.h"
+#include "ring16.h"  // exchange16: the encode, sum, decode around the group of ncclAllReduce calls
 
 namespace mixed {
 
@@ -38,20 +40,15 @@ void Nccl16Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   if (n.count > max_elements_)
     throw mgpu::Error("Nccl16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
                       std::to_string(max_elements_) + " it was made for");
-  const std::int64_t count = static_cast<std::int64_t>(n.count);
   const ncclDataType_t type = format_ == Precision::FP16 ? ncclFloat16 : ncclBfloat16;
-  for (std::size_t i = 0; i < data.size(); ++i) encode(devices_[int(i)], format_, data[i], wire_[i].data(), count);
-  // Chapter 04's group: the k calls queue, ncclGroupEnd launches them together. NCCL counts
-  // elements of `type`: n 16-bit values, never bytes.
-  MGPU_CHECK_NCCL(ncclGroupStart());
-  for (std::size_t i = 0; i < data.size(); ++i) {
-    const mgpu::Device& d = devices_[int(i)];
-    mgpu::activate(d);
-    MGPU_CHECK_NCCL_COMM(ncclAllReduce(wire_[i].data(), wire_[i].data(), n.count, type, ncclSum, comms_[i], d.stream),
-                         comms_[i]);
-  }
-  MGPU_CHECK_NCCL(ncclGroupEnd());
-  for (std::size_t i = 0; i < data.size(); ++i) decode(devices_[int(i)], format_, wire_[i].data(), data[i], count);
+  exchange16(devices_, format_, data, wire_, n, [&](const std::vector<std::uint16_t*>& wire) {
+    // Chapter 04's group of k calls. NCCL counts elements of `type`: n 16-bit values, never bytes.
+    nccl::group_calls(devices_.size(), [&](int i) {
+      const mgpu::Device& d = devices_[i];
+      mgpu::activate(d);
+      MGPU_CHECK_NCCL_COMM(ncclAllReduce(wire[i], wire[i], n.count, type, ncclSum, comms_[i], d.stream), comms_[i]);
+    });
+  });
 }
 
 }  // namespace mixed

@@ -70,24 +70,29 @@ void Ring16Allreduce::run16(const std::vector<std::uint16_t*>& wire, Elements n)
   half(wire, n, /*add=*/false);  // all-gather: and passes it round
 }
 
+void exchange16(const mgpu::DeviceSet& devices, Precision format, const std::vector<float*>& data,
+                std::vector<mgpu::Buffer<std::uint16_t>>& wire, mgpu::Elements n, const Sum16& sum16) {
+  // BEGIN EXERCISE ex06.ring16
+  const std::int64_t count = static_cast<std::int64_t>(n.count);
+  std::vector<std::uint16_t*> wire16;
+  for (int i = 0; i < devices.size(); ++i) {
+    encode(devices[i], format, data[i], wire[i].data(), count);  // fp32 -> 16 bits
+    wire16.push_back(wire[i].data());
+  }
+  sum16(wire16);
+  // 16 bits -> fp32. With one device this is the rounding alone: the same gradient a k-device
+  // run would see, so 1 and k devices stay comparable.
+  for (int i = 0; i < devices.size(); ++i) decode(devices[i], format, wire[i].data(), data[i], count);
+  // END EXERCISE ex06.ring16
+}
+
 void Ring16Allreduce::run(const std::vector<float*>& data, Elements n) {
   if (static_cast<int>(data.size()) != devices_.size())
     throw mgpu::Error("Ring16Allreduce: one buffer per device expected");
   if (n.count > max_elements_)
     throw mgpu::Error("Ring16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
                       std::to_string(max_elements_) + " it was made for");
-  // BEGIN EXERCISE ex06.ring16
-  const std::int64_t count = static_cast<std::int64_t>(n.count);
-  std::vector<std::uint16_t*> wire;
-  for (int i = 0; i < devices_.size(); ++i) {
-    encode(devices_[i], format_, data[i], wire_[i].data(), count);  // fp32 -> 16 bits
-    wire.push_back(wire_[i].data());
-  }
-  run16(wire, n);
-  // 16 bits -> fp32. With one device this is the rounding alone: the same gradient a k-device
-  // run would see, so 1 and k devices stay comparable.
-  for (int i = 0; i < devices_.size(); ++i) decode(devices_[i], format_, wire_[i].data(), data[i], count);
-  // END EXERCISE ex06.ring16
+  exchange16(devices_, format_, data, wire_, n, [&](const std::vector<std::uint16_t*>& wire) { run16(wire, n); });
 }
 
 }  // namespace mixed

@@ -9,6 +9,7 @@
 // PyTorch DDP's fp16_compress_hook / bf16_compress_hook do this exchange for DDP.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,14 @@
 #include "formats.h"
 
 namespace mixed {
+
+// A 16-bit exchange around any sum of 16-bit buffers: each data[i] (n fp32 values on
+// devices[i]) encoded into wire[i] in `format` (bf16 or fp16), sum16 run on the wire buffers
+// (it leaves the sum in every one), and the sum decoded back into data[i]. Ring16Allreduce is
+// this around its ring (run16), Nccl16Allreduce around ncclAllReduce.
+using Sum16 = std::function<void(const std::vector<std::uint16_t*>& wire)>;
+void exchange16(const mgpu::DeviceSet& devices, Precision format, const std::vector<float*>& data,
+                std::vector<mgpu::Buffer<std::uint16_t>>& wire, mgpu::Elements n, const Sum16& sum16);
 
 class Ring16Allreduce : public mgpu::Collective {
  public:

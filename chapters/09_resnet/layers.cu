@@ -188,14 +188,9 @@ void conv2d_backward(const Device& d, const float* dz, const float* x, ImageShap
   const int P = zs.batch * zs.height * zs.width;
   const int K = c.in_channels * c.kernel * c.kernel;
   layout.im2col(d, x, xs, c, col);  // the forward pass's col, unfolded again
-  // dW += dz col^T          [Cout x K] = [Cout x P][P x K]
-  gemm(d, Transpose::No, Transpose::Yes, c.out_channels, K, P, 1.0f, dz, col, 1.0f, dW);
-  // db += dz ones           [Cout x 1] = [Cout x P][P x 1]
-  gemm(d, Transpose::No, Transpose::No, c.out_channels, 1, P, 1.0f, dz, ones, 1.0f, db);
-  if (!dx) return;
-  // dcol = W^T dz           [K x P] = [K x Cout][Cout x P]; then every window folded back
-  gemm(d, Transpose::Yes, Transpose::No, K, P, c.out_channels, 1.0f, W, dz, 0.0f, dcol);
-  layout.col2im(d, dcol, xs, c, dx);
+  // chapter 1's three products: dW += dz col^T, db += dz ones, dcol = W^T dz
+  lenet::conv2d_backward_products(d, dz, col, W, ones, c.out_channels, K, P, dW, db, dx ? dcol : nullptr);
+  if (dx) layout.col2im(d, dcol, xs, c, dx);  // every window folded back
 }
 
 std::int64_t conv_col_size(ImageShape xs, ConvShape c) {

@@ -16,7 +16,9 @@
 // Conventions, as in chapter 01: forward functions overwrite their outputs; backward functions
 // ADD parameter gradients into their dW, db, dgamma, dbeta and overwrite the input gradient.
 // Chapter 01's layers that need no change are used as they are: lenet::dense_forward /
-// dense_backward, lenet::softmax_cross_entropy, lenet::relu_backward; so are the vector kernels it
+// dense_backward, lenet::softmax_cross_entropy, lenet::relu_backward, and the three products of
+// the convolution's backward pass (lenet::conv2d_backward_products, here between an im2col and a
+// col2im that know strides and padding); so are the vector kernels it
 // taught, mgpu::add_into and mgpu::sgd_update (common/vector_ops.h). (test_resnet_layers.cpp checks
 // that conv2d_forward with stride 1 and no padding IS chapter 01's convolution, to the bit, so
 // LeNet could be written with this library.)
@@ -25,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "../01_lenet/layers.h"  // chapter 01's layers: ResNet reuses its dense layer, loss and ReLU
+#include "../01_lenet/layers.h"  // chapter 01's layers: ResNet reuses its dense layer, loss, ReLU and conv products
 #include "common/backend.h"  // MGPU_CUDA
 #include "common/device.h"
 

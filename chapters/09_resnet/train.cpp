@@ -8,7 +8,7 @@
 #include <memory>
 #include <sstream>
 
-#include "../02_data_parallel/data_parallel.h"  // dp::Allreduce: --allreduce naive
+#include "../02_data_parallel/data_parallel.h"  // dp::split_batch; dp::Allreduce: --allreduce naive
 #include "../03_ring_allreduce/ring.h"            // ring::RingAllreduce: --allreduce ring
 #include "common/batches.h"
 #include "common/memory.h"  // memory_refusal
@@ -77,17 +77,16 @@ std::vector<Replica> make_replicas(const mgpu::DeviceSet& devices, const Network
   return replicas;
 }
 
-// d2l's split_batch: the n examples order[first .. first + n) of the epoch, shard i (the next
-// shard_sizes(n, k)[i] of them) gathered by device i from its own copy of the data.
+// d2l's split_batch, chapter 02's: the n examples order[first .. first + n) of the epoch, shard i
+// gathered by device i from its own copy of the data; then each replica's next pass reads it.
 void split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas) {
-  const std::vector<int> sizes = mgpu::shard_sizes(n, static_cast<int>(replicas.size()));
-  int start = first;
-  for (std::size_t i = 0; i < replicas.size(); ++i) {
-    Replica& r = replicas[i];
-    mgpu::gather(*r.device, data[i].images, data[i].order.data() + start, sizes[i], r.shard);
-    r.x = r.shard.x.data(), r.labels = r.shard.y.data(), r.n = sizes[i];
-    start += sizes[i];
-  }
+  std::vector<const Device*> devices;
+  std::vector<mgpu::Batch*> shards;
+  for (Replica& r : replicas) devices.push_back(r.device), shards.push_back(&r.shard);
+  const std::vector<int> sizes = dp::split_batch(data, first, n, devices, shards);
+  for (std::size_t i = 0; i < replicas.size(); ++i)
+    replicas[i].x = replicas[i].shard.x.data(), replicas[i].labels = replicas[i].shard.y.data(),
+    replicas[i].n = sizes[i];
 }
 
 // d2l's train_batch: forward and backward on every device, the gradients summed, the same SGD

@@ -27,10 +27,12 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "handouts.h"
 #include "holes.h"
+#include "near_copies.h"
 
 namespace fs = std::filesystem;
 
@@ -40,6 +42,7 @@ const char* kUsage =
     "usage: student_copy --to DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
     "       student_copy --list [--from SOURCE]\n"
     "       student_copy --handouts DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
+    "       student_copy --find-answers COPY [--from SOURCE]\n"
     "Writes a copy of the repository at SOURCE (default: the one this program was built from)\n"
     "into DIR, a folder that must not exist or be empty (or be a copy this program left\n"
     "unfinished), with each exercise's marked region replaced by a hole that stops the\n"
@@ -49,7 +52,9 @@ const char* kUsage =
     "one handout per assignment, made from tools/classroom/rubrics/.\n"
     "  --only      make holes of these exercises only (the others stay solved)\n"
     "  --list      print every exercise and where its regions are, and write nothing\n"
-    "  --handouts  write only the handouts (as the copy would hold them) into DIR, and nothing else\n";
+    "  --handouts  write only the handouts (as the copy would hold them) into DIR, and nothing else\n"
+    "  --find-answers  search every file of the student copy COPY for a near copy of the answer of\n"
+    "              each of its holes (status 1 when one holds an answer, 0 when none does)\n";
 
 struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -236,8 +241,86 @@ std::string exercise_files(const Holes& holes) {
   return s;
 }
 
+// --find-answers: the answer of every hole of the student copy `copy` (its regions in `source`)
+// searched for in every other text file of the copy (near_copies.h). What only the answer says
+// is its shingles less those of the copy's own file (the code given around the hole) and those
+// that more than kCommonFiles files of the copy hold (idioms). A file that holds kHeld or more
+// of them holds the answer. Regions with fewer than kMinShingles such shingles are too short to
+// tell from ordinary code, and are listed as such. Returns the number of (region, file) pairs
+// that hold an answer; prints, for a person to look at, those that hold half of kHeld or more.
+constexpr int kShingle = 8;       // tokens a shingle: about one short statement
+constexpr int kCommonFiles = 3;   // a shingle in more files than this is an idiom
+constexpr int kMinShingles = 4;   // an answer with fewer is not searched for
+constexpr double kHeld = 0.25;    // a quarter of what only the answer says, in one file
+
+int find_answers(const fs::path& source, const fs::path& copy) {
+  std::ifstream tsv(copy / "STUDENT_COPY.tsv");
+  if (!tsv) throw Usage("--find-answers " + copy.string() + ": not a student copy (no STUDENT_COPY.tsv)");
+  std::set<std::string> exercises;
+  for (std::string line; std::getline(tsv, line);)
+    if (!line.empty()) exercises.insert(line.substr(0, line.find('\t')));
+
+  // Every text file of the copy as shingles, and in how many files each shingle is.
+  std::map<std::string, near_copies::Shingles> texts;  // relative path -> shingles
+  std::unordered_map<std::uint64_t, int> files_holding;
+  for (fs::recursive_directory_iterator it(copy), end; it != end; ++it) {
+    if (it->is_directory() && fs::exists(it->path() / "CMakeCache.txt")) {  // a build folder
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_symlink() || !it->is_regular_file() || it->file_size() > (4u << 20)) continue;
+    const std::string text = read_file(it->path());
+    if (text.find('\0') != std::string::npos) continue;  // not text
+    near_copies::Shingles& s = texts[it->path().lexically_relative(copy).string()];
+    s = near_copies::shingles(near_copies::tokens(text), kShingle);
+    for (std::uint64_t h : s) ++files_holding[h];
+  }
+
+  int held = 0;
+  for (fs::recursive_directory_iterator it(source), end; it != end; ++it) {
+    const fs::path relative = it->path().lexically_relative(source);
+    if (it->is_directory() && (left_out(*it, relative, copy) || fs::exists(it->path() / "CMakeCache.txt"))) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file() || !is_source(relative)) continue;
+    const std::string text = read_file(it->path());
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    for (const holes::Region& r : holes::find_regions(text, relative.string())) {
+      if (!exercises.count(r.exercise)) continue;
+      std::string answer;
+      for (int l = r.begin_line + 1; l < r.end_line; ++l) answer += lines[l - 1] + "\n";
+      const near_copies::Shingles& own = texts[relative.string()];
+      near_copies::Shingles only_answer;
+      for (std::uint64_t h : near_copies::shingles(near_copies::tokens(answer), kShingle))
+        if (!own.count(h) && files_holding[h] <= kCommonFiles) only_answer.insert(h);
+      const std::string where = r.exercise + " (" + relative.string() + ":" + std::to_string(r.begin_line) + "-" +
+                                std::to_string(r.end_line) + ")";
+      if (only_answer.size() < static_cast<std::size_t>(kMinShingles)) {
+        std::cout << "too short to search: " << where << "\n";
+        continue;
+      }
+      for (const auto& [file, shingles] : texts) {
+        if (file == relative.string()) continue;
+        const double share = near_copies::containment(only_answer, shingles);
+        const int percent = static_cast<int>(100 * share + 0.5);
+        if (share >= kHeld) {
+          ++held;
+          std::cout << "HOLDS THE ANSWER: " << file << " holds " << percent << "% of " << where << "\n";
+        } else if (share >= kHeld / 2) {
+          std::cout << "near: " << file << " holds " << percent << "% of " << where << " (under "
+                    << static_cast<int>(100 * kHeld) << "%)\n";
+        }
+      }
+    }
+  }
+  return held;
+}
+
 int run(int argc, char** argv) {
-  fs::path source = MGPU_SOURCE_DIR, destination, handouts_dir;
+  fs::path source = MGPU_SOURCE_DIR, destination, handouts_dir, searched;
   std::set<std::string> only;
   bool list = false;
   for (int i = 1; i < argc; ++i) {
@@ -261,14 +344,23 @@ int run(int argc, char** argv) {
       list = true;
     } else if (arg == "--handouts") {
       handouts_dir = value();
+    } else if (arg == "--find-answers") {
+      searched = value();
     } else {
       throw Usage("unknown option '" + arg + "'");
     }
   }
-  if (int(list) + int(!destination.empty()) + int(!handouts_dir.empty()) != 1)
-    throw Usage("give one of --to DIR, --list or --handouts DIR");
+  if (int(list) + int(!destination.empty()) + int(!handouts_dir.empty()) + int(!searched.empty()) != 1)
+    throw Usage("give one of --to DIR, --list, --handouts DIR or --find-answers COPY");
   if (!fs::is_directory(source / "chapters")) throw Usage("--from " + source.string() + ": not this repository");
   source = fs::canonical(source);
+  if (!searched.empty()) {
+    if (!only.empty()) throw Usage("--only is not for --find-answers (the copy's STUDENT_COPY.tsv names its holes)");
+    const int held = find_answers(source, searched);
+    std::cout << (held == 0 ? "no file of " + searched.string() + " holds the answer of one of its holes\n"
+                            : std::to_string(held) + " file(s) of " + searched.string() + " hold a hole's answer\n");
+    return held == 0 ? 0 : 1;
+  }
 
   Found found;
   Holes where;
