@@ -128,7 +128,8 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   };
   // The forward pass in reverse; each line's comment names the gradient it produces. dense3's
   // ReLU backward is a kernel of its own (relu_backward); the convolutions' ride along with
-  // avgpool2_backward, given the ReLU's output.
+  // avgpool2_backward, given the ReLU's output. layer_done(l) once layer l's dW and db are whole.
+  // BEGIN EXERCISE ex01.network_backward
   dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
   layer_done(3);                                                                                             // W4, b4
   relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3
@@ -143,6 +144,7 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   // The images need no gradient: conv1 computes dW1 and db1 only (its input is in ws.col1).
   conv2d_backward(d, ws.dh1.data(), in, p.W1(), 20, 3, ws.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
   layer_done(0);                                                                                             // W1, b1
+  // END EXERCISE ex01.network_backward
 }
 
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, mgpu::Metrics& m) {

@@ -2,14 +2,18 @@
 // (tests/test_layers.cpp) never use: one image, one channel, a single output pixel, a kernel as
 // large as the image, rows of odd length, a dense layer of one unit, softmax over 2 and 37
 // classes, units exactly at ReLU's kink. The same properties: finite differences of a reference
-// loss (tests/reference.h) in double, accumulation into dW and db, dx overwritten.
+// loss (tests/reference.h) in double, accumulation into dW and db, dx overwritten. And the
+// network's backward pass on batches of one, three and seven images with another seed.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "chapters/01_lenet/layers.h"
+#include "chapters/01_lenet/lenet.h"
 #include "common/device.h"
 #include "common/random.h"
 #include "helpers.h"
@@ -164,5 +168,94 @@ TEST_CASE("hidden softmax_cross_entropy: 2 classes, 37 classes, one example") {
       return sum;
     };
     check_gradient(dz.download(), zd, sample_indices(zd.size(), zd.size(), rng), 1e-4, kTol, L, "dlogits");
+  }
+}
+
+namespace {
+
+// LeNet on n images of `set` from `first` on, with parameters `host`: the gradient of the summed
+// loss, and the order in which backward() announced the layers.
+struct NetworkGradient {
+  lenet::HostParams grad;
+  std::vector<int> announced;
+};
+NetworkGradient network_gradient(const mgpu::Device& d, const lenet::HostParams& host, const mgpu::LabeledImages& set,
+                                 int first, int n) {
+  mgpu::Buffer<float> x(d, std::size_t(n) * 28 * 28);
+  mgpu::Buffer<std::int32_t> y(d, n);
+  x.upload(std::vector<float>(set.pixels.begin() + std::size_t(first) * 28 * 28,
+                              set.pixels.begin() + std::size_t(first + n) * 28 * 28));
+  y.upload(std::vector<std::int32_t>(set.labels.begin() + first, set.labels.begin() + first + n));
+  lenet::Params p = lenet::upload_params(d, host), g = lenet::zero_params(d);
+  lenet::Workspace ws(d, n);
+  NetworkGradient out;
+  lenet::forward(d, p, ws, x.data(), n);
+  lenet::loss(d, ws, y.data(), n, /*with_gradient=*/true);
+  lenet::backward(d, p, g, ws, n, [&](int layer) { out.announced.push_back(layer); });
+  out.grad = g.download();
+  return out;
+}
+
+// The summed loss of those images with every tensor t moved by step * direction[t].
+double moved_loss(const mgpu::Device& d, const lenet::HostParams& host, const lenet::HostParams& direction, double step,
+                  const mgpu::LabeledImages& set, int n) {
+  lenet::HostParams moved = host;
+  for (std::size_t t = 0; t < moved.size(); ++t)
+    for (std::size_t i = 0; i < moved[t].size(); ++i) moved[t][i] += float(step * direction[t][i]);
+  mgpu::Buffer<float> x(d, std::size_t(n) * 28 * 28);
+  mgpu::Buffer<std::int32_t> y(d, n);
+  x.upload(std::vector<float>(set.pixels.begin(), set.pixels.begin() + std::size_t(n) * 28 * 28));
+  y.upload(std::vector<std::int32_t>(set.labels.begin(), set.labels.begin() + n));
+  lenet::Params p = lenet::upload_params(d, moved);
+  lenet::Workspace ws(d, n);
+  lenet::forward(d, p, ws, x.data(), n);
+  lenet::loss(d, ws, y.data(), n, /*with_gradient=*/false);
+  const std::vector<float> per_example = ws.loss.download();
+  return std::accumulate(per_example.begin(), per_example.begin() + n, 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("hidden network backward: one, three and seven images; the images' own gradients summed; the loss's rate along each tensor") {
+  mgpu::DeviceSet devices(1);
+  const mgpu::Device& d = devices[0];
+  mgpu::Rng rng(4242);
+  const mgpu::LabeledImages set = testing::random_set(7, rng);
+  lenet::HostParams host = lenet::init_params(31, 0.1f);
+  for (std::size_t t = 1; t < host.size(); t += 2) host[t] = random_floats(host[t].size(), rng, -0.1, 0.1);
+  for (int n : {1, 3, 7}) {
+    CAPTURE(n);
+    const NetworkGradient batch = network_gradient(d, host, set, 0, n);
+    CHECK(batch.announced == std::vector<int>{3, 2, 1, 0});
+    // The summed loss's gradient is the sum of each image's own.
+    lenet::HostParams summed = network_gradient(d, host, set, 0, 1).grad;
+    for (int i = 1; i < n; ++i) {
+      const lenet::HostParams one = network_gradient(d, host, set, i, 1).grad;
+      for (std::size_t t = 0; t < summed.size(); ++t)
+        for (std::size_t j = 0; j < summed[t].size(); ++j) summed[t][j] += one[t][j];
+    }
+    for (std::size_t t = 0; t < summed.size(); ++t) {
+      CAPTURE(t);
+      double largest = 0;
+      for (float v : summed[t]) largest = std::max(largest, double(std::abs(v)));
+      std::size_t far = 0;
+      for (std::size_t j = 0; j < summed[t].size(); ++j)
+        if (std::abs(batch.grad[t][j] - summed[t][j]) > 1e-4 * largest + 1e-7) ++far;
+      CHECK(far == 0);
+    }
+    // Moving tensor t by +-h g_t changes the loss by +-h |g_t|^2 (to first order): a gradient
+    // that is wrong in scale, sign or layout moves it otherwise.
+    for (std::size_t t = 0; t < batch.grad.size(); ++t) {
+      CAPTURE(t);
+      double g2 = 0;
+      for (float v : batch.grad[t]) g2 += double(v) * v;
+      if (g2 < 1e-2) continue;  // too flat to measure in float (checked by the sum above)
+      lenet::HostParams direction(batch.grad.size());
+      for (std::size_t u = 0; u < direction.size(); ++u)
+        direction[u] = u == t ? batch.grad[u] : std::vector<float>(batch.grad[u].size(), 0.0f);
+      const double h = 1e-2 / g2;
+      const double rate = (moved_loss(d, host, direction, h, set, n) - moved_loss(d, host, direction, -h, set, n)) / (2 * h);
+      CHECK(rate == doctest::Approx(g2).epsilon(3e-2));
+    }
   }
 }

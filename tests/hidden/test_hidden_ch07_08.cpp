@@ -93,6 +93,35 @@ TEST_CASE("hidden pipelines: more micro-batches than stages, of unequal size, 3 
       want, "hybrid 3 x 2");
 }
 
+TEST_CASE("hidden timeline: 1F1B on 3 stages and 5 micro-batches, every span in an order the data allows") {
+  mgpu::Rng rng(77);
+  const int batch = 25, m = 5, k = 3;
+  const mgpu::LabeledImages set = testing::random_set(batch, rng);
+  std::vector<pp::Span> spans;
+  testing::pipelined(testing::pipeline_config({1, 2}, Schedule::OneFOneB, m), set, batch, 1, 0.1f, &spans);
+  auto find = [&](int stage, char kind, int j) {
+    return std::find_if(spans.begin(), spans.end(),
+                        [&](const pp::Span& x) { return x.stage == stage && x.kind == kind && x.micro == j; });
+  };
+  for (int s = 0; s < k; ++s)
+    for (int j = 0; j < m; ++j) {
+      CAPTURE(s);
+      CAPTURE(j);
+      const auto f = find(s, 'F', j), b = find(s, 'B', j);
+      REQUIRE(f != spans.end());
+      REQUIRE(b != spans.end());
+      CHECK(f->begin <= f->end);
+      CHECK(f->end <= b->begin);
+      if (s > 0) CHECK(find(s - 1, 'F', j)->end <= f->begin);      // the activation came from the stage before
+      if (s < k - 1) CHECK(find(s + 1, 'B', j)->end <= b->begin);  // the gradient from the stage after
+    }
+  const pp::Bubble bubble = pp::measure_bubble(spans, k, m);
+  for (int s = 0; s < k; ++s) {
+    CHECK(bubble.busy[s] > 0);
+    CHECK(bubble.busy[s] <= 1.0);
+  }
+}
+
 TEST_CASE("hidden evaluation: a 4-stage 1F1B pipeline of 5 micro-batches, a test set that no chunk divides") {
   mgpu::Rng rng(708);
   const mgpu::LabeledImages set = testing::random_set(53, rng);
@@ -220,6 +249,43 @@ TEST_CASE("hidden shards: pulls and pushes through 5 shards (ASP) and 4 shards (
     const std::vector<float> got = testing::flat_of(rig.server->download());
     CHECK(testing::count_far(got, testing::without_padding(want), 1e-5f) == 0);
     for (const ps::PushRecord& p : rig.server->records()) CHECK(p.staleness() == 0);
+  }
+}
+
+TEST_CASE("hidden pull: 2 and 4 shards, 3 workers: every slice exact, with version 0, its bytes counted once") {
+  mgpu::Rng rng(83);
+  const mgpu::LabeledImages set = testing::random_set(9, rng);
+  const lenet::HostParams want = lenet::init_params(19, 0.1f);
+  const double model_bytes = double(lenet::flat_count()) * sizeof(float);
+  for (int s : {2, 4}) {
+    CAPTURE(s);
+    testing::Rig rig(s, 3, ps::Mode::Asp, set, 3, want);
+    for (int i = 0; i < 3; ++i) {
+      dp::Replica& r = rig.replicas[i];
+      mgpu::fill(*r.device, r.params.flat(), lenet::flat_count(), -7.0f);  // poison: the pull must overwrite it
+      CHECK(rig.server->pull(i, r.params) == std::vector<std::int64_t>(s, 0));
+      const lenet::HostParams got = r.params.download();
+      for (int t = 0; t < lenet::kParamTensors; ++t) CHECK(got[t] == want[t]);
+    }
+    rig.server->drain();
+    CHECK(rig.server->traffic().pulled == std::int64_t(3 * model_bytes));
+    CHECK(rig.server->traffic().pushed == 0);
+  }
+}
+
+TEST_CASE("hidden straggler: BSP with 4 workers and the last one slow: the same work each, every step waits for it") {
+  mgpu::Rng rng(84);
+  const int batch = 16, steps = 5, k = 4;
+  const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
+  ps::Settings settings;
+  settings.straggler = 3;
+  settings.slowdown = 3;
+  const testing::EpochRun r = testing::run_steps(2, k, settings, set, batch, steps, 0.1f);
+  for (const ps::WorkerStats& w : r.stats) CHECK(w.items == steps);
+  REQUIRE(r.stats[3].straggler_sleep_s > 0);
+  for (int i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(r.stats[i].clock_wait_s > 0.5 * r.stats[3].straggler_sleep_s);  // waited at the barrier
   }
 }
 
