@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/parallel.h"
 #include "common/random.h"
 #include "common/vector_ops.h"
@@ -121,6 +122,7 @@ void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, boo
 }
 
 void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready) {
+  // BEGIN EXERCISE ex01.network_backward
   const float* ones = ws.ones.data();
   const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
   auto layer_done = [&](int layer) {
@@ -129,7 +131,6 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   // The forward pass in reverse; each line's comment names the gradient it produces. dense3's
   // ReLU backward is a kernel of its own (relu_backward); the convolutions' ride along with
   // avgpool2_backward, given the ReLU's output. layer_done(l) once layer l's dW and db are whole.
-  // BEGIN EXERCISE ex01.network_backward
   dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
   layer_done(3);                                                                                             // W4, b4
   relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3

@@ -240,3 +240,103 @@ TEST_CASE("hidden Ring16Allreduce: an fp16 sum past 65504 is infinity on every d
 }
 
 }  // namespace
+
+// ---- chapter 06: the trainer's step (ex06.accumulate, ex06.loss_scaler_update) ------------------
+
+namespace {
+
+// k devices with the same random training set, the order 0, 1, 2, ... (another seed than the
+// visible tests').
+struct Devices06 {
+  Devices06(int k, int examples) : devices(k) {
+    mgpu::Rng rng(606);
+    data = mgpu::put_on_every_device(devices, testing::random_set(examples, rng));
+  }
+  mgpu::DeviceSet devices;
+  std::vector<mgpu::DeviceData> data;
+};
+
+// Chapter 03's ring, counting its calls and, when told, putting an inf into one device's
+// gradient after the sum: a device that alone overflowed.
+class CountingRing : public mgpu::Collective {
+ public:
+  explicit CountingRing(const mgpu::DeviceSet& devices)
+      : devices_(devices), ring_(devices, dp::largest_gradient_sum(lenet::Layout::Flat)) {}
+  std::string name() const override { return "counting ring"; }
+  void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
+    ++calls;
+    ring_.run(buffers, n);
+    if (poison_device >= 0) {
+      const float inf = std::numeric_limits<float>::infinity();
+      mgpu::copy_bytes_to_device(devices_[poison_device], buffers[poison_device] + 1234, &inf, sizeof inf);
+    }
+  }
+  int calls = 0;
+  int poison_device = -1;
+
+ private:
+  const mgpu::DeviceSet& devices_;
+  ring::RingAllreduce ring_;
+};
+
+// `steps` optimizer steps of `batch` examples in micro-batches of `micro` on s's devices: the
+// master weights at the end, and the exchange's calls.
+lenet::HostParams steps_of(Devices06& s, const mixed::MixedOptions& mo, int batch, int micro, int steps, int* calls) {
+  CountingRing exchange(s.devices);
+  mixed::MixedTrainer trainer(s.devices, mo, micro, lenet::init_params(23, 0.1f), exchange);
+  for (int step = 0; step < steps; ++step) CHECK(trainer.step(s.data, step * batch, batch, 0.2f));
+  *calls = exchange.calls;
+  return trainer.master_params();
+}
+
+}  // namespace
+
+TEST_CASE("hidden accumulate: 51 examples a step as 16 + 16 + 16 + 3 on 3 devices equal one batch of 51 on one") {
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    CAPTURE(mixed::name_of(p));
+    mixed::MixedOptions mo;
+    mo.precision = p;
+    Devices06 one(1, 3 * 51), three(3, 3 * 51);
+    int calls_one = 0, calls_three = 0;
+    const lenet::HostParams want = steps_of(one, mo, 51, 51, 3, &calls_one);
+    const lenet::HostParams got = steps_of(three, mo, 51, 16, 3, &calls_three);
+    CHECK(calls_one == 3);
+    CHECK(calls_three == 3);  // one exchange a step, whatever the micro-batches
+    testing::check_same_training(got, want, lenet::init_params(23, 0.1f), "3 devices, 16+16+16+3 vs 1 device, 51");
+  }
+}
+
+TEST_CASE("hidden accumulate: fp16 with loss scaling, 5 micro-batches of 8 on 2 devices equal one batch of 40") {
+  mixed::MixedOptions mo;
+  mo.precision = Precision::FP16;
+  mo.loss_scaling = true;
+  mo.scaler.initial_scale = 1024.0f;
+  Devices06 one(1, 2 * 40), two(2, 2 * 40);
+  int calls_one = 0, calls_two = 0;
+  const lenet::HostParams want = steps_of(one, mo, 40, 40, 2, &calls_one);
+  const lenet::HostParams got = steps_of(two, mo, 40, 8, 2, &calls_two);
+  CHECK(calls_two == 2);
+  testing::check_same_training(got, want, lenet::init_params(23, 0.1f), "fp16, 2 devices x 5 micro-batches vs 1 batch");
+}
+
+TEST_CASE("hidden skip: an inf on the last of 3 devices skips the step on all, the scale halves, the next step moves all alike") {
+  Devices06 s(3, 4 * 30);
+  mixed::MixedOptions mo;
+  mo.precision = Precision::FP16;
+  mo.loss_scaling = true;
+  mo.scaler.initial_scale = 8.0f;
+  CountingRing exchange(s.devices);
+  mixed::MixedTrainer trainer(s.devices, mo, 30, lenet::init_params(29, 0.1f), exchange);
+  CHECK(trainer.step(s.data, 0, 30, 0.3f));
+  const lenet::HostParams after_one = trainer.master_params();
+  exchange.poison_device = 2;
+  CHECK_FALSE(trainer.step(s.data, 30, 30, 0.3f));
+  CHECK(trainer.scaler()->skipped() == 1);
+  CHECK(trainer.scaler()->scale() == 4.0f);
+  for (dp::Replica& r : trainer.replicas()) CHECK(r.params.download() == after_one);  // bit for bit
+  exchange.poison_device = -1;
+  CHECK(trainer.step(s.data, 60, 30, 0.3f));
+  const lenet::HostParams after_three = trainer.replicas()[0].params.download();
+  CHECK(after_three != after_one);
+  for (dp::Replica& r : trainer.replicas()) CHECK(r.params.download() == after_three);
+}
