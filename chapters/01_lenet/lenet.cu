@@ -121,30 +121,57 @@ void loss(const Device& d, Workspace& ws, const std::int32_t* labels, int n, boo
                         with_gradient ? ws.dz4.data() : nullptr);
 }
 
-void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready) {
+void layer_backward(const Device& d, int l, Params& p, Params& g, const LayerTensors& t, int n,
+                    const BeforeGemm& before_gemm) {
   // BEGIN EXERCISE ex01.network_backward
-  const float* ones = ws.ones.data();
-  const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
-  auto layer_done = [&](int layer) {
-    if (ready) ready(layer);
+  auto about_to_read = [&](float* gradient, std::int64_t count) {
+    if (before_gemm) before_gemm(gradient, count);
   };
-  // The forward pass in reverse; each line's comment names the gradient it produces. dense3's
-  // ReLU backward is a kernel of its own (relu_backward); the convolutions' ride along with
-  // avgpool2_backward, given the ReLU's output. layer_done(l) once layer l's dW and db are whole.
-  dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, p.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());  // dh3
-  layer_done(3);                                                                                             // W4, b4
-  relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);                                      // dz3
-  dense_backward(d, ws.dh3.data(), ws.f.data(), 800, n, p.W3(), 128, ones, g.W3(), g.b3(), ws.df.data());   // df
-  layer_done(2);                                                                                             // W3, b3
-  unflatten(d, ws.df.data(), s2, ws.dp2.data());                                                             // dp2
-  avgpool2_backward(d, ws.dp2.data(), c2, ws.dh2.data(), /*relu_output=*/ws.h2.data());                     // dz2
-  conv2d_backward(d, ws.dh2.data(), s1, p.W2(), 50, 5, ws.col2.data(), ones, g.W2(), g.b2(), ws.dcol2.data(),
-                  ws.dp1.data());                                                                            // dp1
-  layer_done(1);                                                                                             // W2, b2
-  avgpool2_backward(d, ws.dp1.data(), c1, ws.dh1.data(), /*relu_output=*/ws.h1.data());                     // dz1
-  // The images need no gradient: conv1 computes dW1 and db1 only (its input is in ws.col1).
-  conv2d_backward(d, ws.dh1.data(), in, p.W1(), 20, 3, ws.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
-  layer_done(0);                                                                                             // W1, b1
+  // The forward pass in reverse. dense3's ReLU backward is a kernel of its own (relu_backward);
+  // the convolutions' ride along with avgpool2_backward, given the ReLU's output.
+  const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
+  switch (l) {
+    case 3:  // dz4 [10][n] -> dh3 [128][n]
+      about_to_read(t.dy, std::int64_t(10) * n);
+      dense_backward(d, t.dy, t.in, 128, n, p.W4(), 10, t.ones, g.W4(), g.b4(), t.dx);
+      break;
+    case 2:  // dh3 -> dz3 (through the ReLU) -> df [800][n]
+      relu_backward(d, t.relu_out, t.dy, std::int64_t(128) * n);
+      about_to_read(t.dy, std::int64_t(128) * n);
+      dense_backward(d, t.dy, t.in, 800, n, p.W3(), 128, t.ones, g.W3(), g.b3(), t.dx);
+      break;
+    case 1:  // df -> dp2 [50][n][4][4] -> dz2 [50][n][9][9] -> dp1 [20][n][13][13]
+      unflatten(d, t.dy, s2, t.dpool);
+      avgpool2_backward(d, t.dpool, c2, t.dconv, /*relu_output=*/t.relu_out);
+      about_to_read(t.dconv, c2.size());
+      conv2d_backward(d, t.dconv, s1, p.W2(), 50, 5, t.col, t.ones, g.W2(), g.b2(), t.dcol, t.dx);
+      break;
+    case 0:  // dp1 -> dz1 [20][n][26][26]; the images need no gradient: dW1 and db1 only
+      avgpool2_backward(d, t.dy, c1, t.dconv, /*relu_output=*/t.relu_out);
+      about_to_read(t.dconv, c1.size());
+      conv2d_backward(d, t.dconv, in, p.W1(), 20, 3, t.col, t.ones, g.W1(), g.b1(), nullptr, nullptr);
+      break;
+    default:
+      throw mgpu::Error("layer_backward: LeNet has layers 0 to 3, not " + std::to_string(l));
+  }
+  // END EXERCISE ex01.network_backward
+}
+
+void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready,
+              const BeforeGemm& before_gemm) {
+  // BEGIN EXERCISE ex01.network_backward
+  // Each layer's tensors in the workspace: its input's gradient is the next layer's dy.
+  LayerTensors t[kLayers];
+  t[3] = {ws.h3.data(), nullptr, nullptr, ws.dz4.data(), ws.dh3.data()};
+  t[2] = {ws.f.data(), nullptr, ws.h3.data(), ws.dh3.data(), ws.df.data()};
+  t[1] = {nullptr, ws.col2.data(), ws.h2.data(), ws.df.data(), ws.dp1.data(), ws.dp2.data(), ws.dh2.data(),
+          ws.dcol2.data()};
+  t[0] = {nullptr, ws.col1.data(), ws.h1.data(), ws.dp1.data(), nullptr, nullptr, ws.dh1.data()};
+  for (int l = kLayers - 1; l >= 0; --l) {
+    t[l].ones = ws.ones.data();
+    layer_backward(d, l, p, g, t[l], n, before_gemm);
+    if (ready) ready(l);  // layer l's dW and db are whole
+  }
   // END EXERCISE ex01.network_backward
 }
 

@@ -114,9 +114,34 @@ inline constexpr int kLayers = 4;
 // gradients are still being computed (chapter 05's overlap). Empty: nobody is told.
 using GradientReady = std::function<void(int layer)>;
 
-// Adds the gradient of the summed loss of the last forward() and loss() (n images) into g,
-// calling ready(l) as soon as layer l's gradients have been added.
-void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready = {});
+// What layer l's backward pass reads and writes, for n images. backward() fills it from a
+// Workspace; a program that keeps the activations elsewhere (chapter 07's pipeline stages, each
+// with the buffers of its own layers) fills it from its own.
+struct LayerTensors {
+  const float* in = nullptr;        // layers 2-3: the input the forward pass saw, f [800][n] or h3 [128][n]
+  const float* col = nullptr;       // layers 0-1: the unfolded input the forward pass kept (col1, col2)
+  const float* relu_out = nullptr;  // layers 0-2: the output of the layer's ReLU (h1, h2, h3)
+  float* dy = nullptr;              // the gradient of the layer's output (z4, h3, p2 flattened, p1); overwritten
+  float* dx = nullptr;              // where the gradient of its input goes (nullptr: not wanted)
+  float* dpool = nullptr;           // layer 1: scratch [50][n][4][4], dy unflattened (dp2)
+  float* dconv = nullptr;           // layers 0-1: scratch, the gradient of the convolution's output (dh1, dh2)
+  float* dcol = nullptr;            // layer 1: scratch of col2's size (dcol2)
+  const float* ones = nullptr;      // at least n*26*26 values of 1.0f
+};
+// Called on every gradient just before a GEMM of the backward pass reads it (ws.dz4, dz3, dh2,
+// dh1), with its element count: chapter 06 rounds it to 16 bits there.
+using BeforeGemm = std::function<void(float* gradient, std::int64_t count)>;
+
+// Layer l's backward pass: 3 is dense4; 2 is dense3's ReLU, then dense3; 1 is the unflatten,
+// the pooling with conv2's ReLU, then conv2; 0 is the pooling with conv1's ReLU, then conv1
+// (whose input, the images, needs no gradient). Adds the layer's dW and db into g.
+void layer_backward(const Device& d, int l, Params& p, Params& g, const LayerTensors& t, int n,
+                    const BeforeGemm& before_gemm = {});
+// Adds the gradient of the summed loss of the last forward() and loss() (n images) into g:
+// layer_backward for layers 3, 2, 1, 0, calling ready(l) as soon as layer l's gradients have
+// been added.
+void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const GradientReady& ready = {},
+              const BeforeGemm& before_gemm = {});
 
 // Adds ws.loss and ws.correct of n examples into m.
 void accumulate_metrics(const Device& d, const Workspace& ws, int n, mgpu::Metrics& m);

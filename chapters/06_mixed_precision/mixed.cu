@@ -123,24 +123,13 @@ void forward(const Device& d, Precision p, lenet::Params& w, lenet::Workspace& w
 
 void backward(const Device& d, Precision p, lenet::Params& w, lenet::Params& g, lenet::Workspace& ws, int n,
               float loss_scale) {
-  const float* ones = ws.ones.data();
-  const ImageShape in{1, n, 28, 28}, c1{20, n, 26, 26}, s1{20, n, 13, 13}, c2{50, n, 9, 9}, s2{50, n, 4, 4};
   // lenet::backward, with every activation gradient rounded to p before a GEMM reads it. The
   // first is where loss scaling happens: d(scale * loss)/dz4 = scale * dz4, and the chain rule
-  // carries the factor through every layer below, into every parameter gradient.
+  // carries the factor through every layer below, into every parameter gradient. (lenet::backward
+  // rounds dz4 again before its GEMM: a value already rounded to p stays as it is.)
   scale_and_round(d, p, ws.dz4.data(), std::int64_t(10) * n, loss_scale);
-  lenet::dense_backward(d, ws.dz4.data(), ws.h3.data(), 128, n, w.W4(), 10, ones, g.W4(), g.b4(), ws.dh3.data());
-  lenet::relu_backward(d, ws.h3.data(), ws.dh3.data(), std::int64_t(128) * n);
-  round_in_place(d, p, ws.dh3.data(), std::int64_t(128) * n);
-  lenet::dense_backward(d, ws.dh3.data(), ws.f.data(), 800, n, w.W3(), 128, ones, g.W3(), g.b3(), ws.df.data());
-  lenet::unflatten(d, ws.df.data(), s2, ws.dp2.data());
-  lenet::avgpool2_backward(d, ws.dp2.data(), c2, ws.dh2.data(), /*relu_output=*/ws.h2.data());
-  round_in_place(d, p, ws.dh2.data(), c2.size());
-  lenet::conv2d_backward(d, ws.dh2.data(), s1, w.W2(), 50, 5, ws.col2.data(), ones, g.W2(), g.b2(), ws.dcol2.data(),
-                         ws.dp1.data());
-  lenet::avgpool2_backward(d, ws.dp1.data(), c1, ws.dh1.data(), /*relu_output=*/ws.h1.data());
-  round_in_place(d, p, ws.dh1.data(), c1.size());
-  lenet::conv2d_backward(d, ws.dh1.data(), in, w.W1(), 20, 3, ws.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
+  lenet::backward(d, w, g, ws, n, /*ready=*/{},
+                  [&](float* gradient, std::int64_t count) { round_in_place(d, p, gradient, count); });
 }
 
 namespace {

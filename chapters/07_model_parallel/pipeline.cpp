@@ -337,28 +337,19 @@ void layer_forward(const Device& d, int l, lenet::Params& p, Slot& s, const floa
   }
 }
 
-// Layer l's backward pass: from dy (the gradient of its output; may be overwritten), adds its
-// parameter gradients into g and writes the gradient of its input into dx (nullptr: not needed).
+// Layer l's backward pass, chapter 01's (lenet::layer_backward) on this stage's buffers: from dy
+// (the gradient of its output; may be overwritten), adds its parameter gradients into g and
+// writes the gradient of its input into dx (nullptr: not needed).
 void layer_backward(const Device& d, int l, lenet::Params& p, lenet::Params& g, Slot& s, const float* in, float* dy,
                     float* dx, int n, const float* ones, float* dp2, float* dh2, float* dcol2, float* dh1) {
-  switch (l) {
-    case 3:
-      lenet::dense_backward(d, dy, in, 128, n, p.W4(), 10, ones, g.W4(), g.b4(), dx);
-      break;
-    case 2:
-      lenet::relu_backward(d, s.h3.data(), dy, std::int64_t(128) * n);  // through this layer's ReLU
-      lenet::dense_backward(d, dy, in, 800, n, p.W3(), 128, ones, g.W3(), g.b3(), dx);
-      break;
-    case 1:
-      lenet::unflatten(d, dy, {50, n, 4, 4}, dp2);
-      lenet::avgpool2_backward(d, dp2, {50, n, 9, 9}, dh2, /*relu_output=*/s.h2.data());
-      lenet::conv2d_backward(d, dh2, {20, n, 13, 13}, p.W2(), 50, 5, s.col2.data(), ones, g.W2(), g.b2(), dcol2, dx);
-      break;
-    case 0:  // the images need no gradient
-      lenet::avgpool2_backward(d, dy, {20, n, 26, 26}, dh1, /*relu_output=*/s.h1.data());
-      lenet::conv2d_backward(d, dh1, {1, n, 28, 28}, p.W1(), 20, 3, s.col1.data(), ones, g.W1(), g.b1(), nullptr, nullptr);
-      break;
-  }
+  lenet::LayerTensors t;
+  t.in = in, t.dy = dy, t.dx = dx, t.ones = ones;
+  const float* cols[] = {s.col1.data(), s.col2.data()};
+  const float* relu_outs[] = {s.h1.data(), s.h2.data(), s.h3.data()};
+  if (l <= 1) t.col = cols[l], t.dconv = l == 0 ? dh1 : dh2;
+  if (l <= 2) t.relu_out = relu_outs[l];
+  if (l == 1) t.dpool = dp2, t.dcol = dcol2;
+  lenet::layer_backward(d, l, p, g, t, n);
 }
 
 using Marks = std::vector<std::pair<Span, std::array<mgpu::Timestamp, 2>>>;
