@@ -135,6 +135,28 @@ TEST_CASE("the cpu build's NCCL stand-in refuses a call outside a group and a gr
   for (int i = 0; i < 2; ++i) CHECK(data[i].download() == std::vector<float>(n, 1.5f));
   for (ncclComm_t& c : comms) mgpu::close_communicator(c, false);
 }
+
+TEST_CASE("communicators: one per device, finalized and destroyed when the allreduce goes, aborted while an error unwinds") {
+  mgpu::DeviceSet devices(3);
+  const nccl_standin::CommCalls before = nccl_standin::comm_calls();
+  { nccl::NcclAllreduce allreduce(devices, nccl::Reduction::Sum); }
+  nccl_standin::CommCalls now = nccl_standin::comm_calls();
+  CHECK(now.made - before.made == 3);
+  CHECK(now.finalized - before.finalized == 3);
+  CHECK(now.destroyed - before.destroyed == 3);
+  CHECK(now.aborted == before.aborted);
+  // While an exception unwinds the stack: abort, which waits for nobody, and nothing else.
+  auto fail_midway = [&] {
+    nccl::NcclAllreduce allreduce(devices, nccl::Reduction::Average);
+    throw mgpu::Error("injected failure");
+  };
+  CHECK_THROWS_WITH_AS(fail_midway(), "injected failure", mgpu::Error);
+  const nccl_standin::CommCalls after = nccl_standin::comm_calls();
+  CHECK(after.made - now.made == 3);
+  CHECK(after.aborted - now.aborted == 3);
+  CHECK(after.finalized == now.finalized);
+  CHECK(after.destroyed == now.destroyed);
+}
 #endif
 
 }  // namespace

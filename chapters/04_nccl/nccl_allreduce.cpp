@@ -20,6 +20,7 @@ NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction
       reduction_(reduction),
       comms_(devices.size(), nullptr),
       exceptions_before_(std::uncaught_exceptions()) {
+  // BEGIN EXERCISE ex04.communicators
   std::vector<int> gpus;
   for (int i = 0; i < devices.size(); ++i) {
     // (A cpu device has no GPU, gpu == -1: under the cpu build's stand-in each is a rank.)
@@ -29,12 +30,14 @@ NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction
     gpus.push_back(devices[i].gpu);
   }
   MGPU_CHECK_NCCL(ncclCommInitAll(comms_.data(), devices.size(), gpus.data()));
+  // END EXERCISE ex04.communicators
 }
 
 NcclAllreduce::~NcclAllreduce() {
   // Normally finalize (waits for every queued collective) and destroy. While an error unwinds
   // the stack, a collective may be stuck waiting for a GPU that will never join it: abort,
   // which does not wait. Errors are ignored here: a destructor must not throw.
+  // BEGIN EXERCISE ex04.communicators
   const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
   for (std::size_t i = 0; i < comms_.size(); ++i) {
 #if MGPU_CUDA  // the cpu build's stand-in has no device to select
@@ -42,6 +45,7 @@ NcclAllreduce::~NcclAllreduce() {
 #endif
     mgpu::close_communicator(comms_[i], unwinding);
   }
+  // END EXERCISE ex04.communicators
 }
 
 void group_calls(int k, const std::function<void(int i)>& call) {

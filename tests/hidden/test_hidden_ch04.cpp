@@ -1,10 +1,12 @@
 // Chapter 04's hidden cases: group_calls (ex04.group_calls) on device counts, sizes and
-// operations the visible tests never use. The cpu build runs them over the NCCL stand-in
+// operations the visible tests never use, and the communicators' life (ex04.communicators) on
+// 2 to 5 devices, made and dropped in turn. The cpu build runs them over the NCCL stand-in
 // (tests/nccl_standin/), which refuses a call outside a group and a group missing a rank; the
 // cuda build where two GPUs answer, over NCCL.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "chapters/04_nccl/nccl_allreduce.h"
@@ -97,3 +99,35 @@ TEST_CASE("hidden group_calls: each of the k calls made once, in order, inside o
   }
   for (ncclComm_t& c : comms) mgpu::close_communicator(c, false);
 }
+
+#if !MGPU_CUDA  // the stand-in counts the communicator calls; NCCL itself does not say
+TEST_CASE("hidden communicators: allreduces made and dropped in turn on 2 to 5 devices, one of them while an error unwinds") {
+  for (int k = 2; k <= 5; ++k) {
+    CAPTURE(k);
+    mgpu::DeviceSet devices(k);
+    const nccl_standin::CommCalls before = nccl_standin::comm_calls();
+    for (int round = 0; round < 3; ++round) {
+      nccl::NcclAllreduce allreduce(devices, round % 2 ? nccl::Reduction::Average : nccl::Reduction::Sum);
+      std::vector<mgpu::Buffer<float>> data;
+      std::vector<float*> pointers;
+      for (int i = 0; i < k; ++i) {
+        data.emplace_back(devices[i], 5);
+        data.back().upload(inputs(i, 5));
+        pointers.push_back(data.back().data());
+      }
+      allreduce.run(pointers, mgpu::Elements{5});
+      devices.synchronize();
+    }
+    try {
+      nccl::NcclAllreduce allreduce(devices, nccl::Reduction::Sum);
+      throw std::runtime_error("unwinding");
+    } catch (const std::runtime_error&) {
+    }
+    const nccl_standin::CommCalls after = nccl_standin::comm_calls();
+    CHECK(after.made - before.made == 4 * k);
+    CHECK(after.finalized - before.finalized == 3 * k);
+    CHECK(after.destroyed - before.destroyed == 3 * k);
+    CHECK(after.aborted - before.aborted == k);
+  }
+}
+#endif

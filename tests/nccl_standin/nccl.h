@@ -56,3 +56,12 @@ ncclResult_t ncclGroupEnd();
 // Sum (ncclSum) or mean (ncclAvg) of count floats over the ranks, into every rank's recvbuff.
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, mgpu::StreamHandle stream);
+
+// Not NCCL: the stand-in's count of the communicator calls made so far in this process, so that
+// a test can see a communicator's life (made; finalized and destroyed, or aborted) on a CPU.
+namespace nccl_standin {
+struct CommCalls {
+  int made = 0, finalized = 0, destroyed = 0, aborted = 0;
+};
+CommCalls comm_calls();
+}  // namespace nccl_standin

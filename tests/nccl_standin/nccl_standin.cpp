@@ -34,6 +34,7 @@ struct Call {
 
 // Groups are per thread, as NCCL's are.
 thread_local int group_depth = 0;
+nccl_standin::CommCalls comm_call_counts;  // every communicator call of the process (comm_calls())
 thread_local std::vector<Call> group_calls;
 thread_local std::string group_error;  // what ncclGetLastError(nullptr) says
 
@@ -108,17 +109,31 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
   if (!comms || ndev < 1) return fail(nullptr, ncclInvalidArgument, "ncclCommInitAll: no communicators asked for");
   const auto clique = std::make_shared<Clique>(Clique{ndev});
   for (int i = 0; i < ndev; ++i) comms[i] = new ncclComm{clique, i, ""};
+  comm_call_counts.made += ndev;
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncclInvalidArgument; }
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  ++comm_call_counts.finalized;
+  return ncclSuccess;
+}
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  ++comm_call_counts.destroyed;
   delete comm;
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  ++comm_call_counts.aborted;
+  delete comm;
+  return ncclSuccess;
+}
+
+nccl_standin::CommCalls nccl_standin::comm_calls() { return comm_call_counts; }
 
 ncclResult_t ncclGroupStart() {
   ++group_depth;
