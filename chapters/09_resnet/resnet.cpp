@@ -292,28 +292,31 @@ void batch_norm_forward(Devices& s, const BatchNorm& bn, const Conv& conv,
 // its input's; dgamma and dbeta added into the replica's grads.
 void batch_norm_backward(Devices& s, const BatchNorm& bn, const Conv& conv, const std::function<float*(Replica&)>& dy,
                          const std::function<float*(Replica&)>& dz) {
+  // BEGIN EXERCISE ex09.sync_batch_norm
   const int C = bn.channels;
   auto values = [&](const Replica& r) { return i64(r.n) * bn.side * bn.side; };
+  // 1. On each device, the two channel sums of its values (sum dy, sum dy * xhat), which are
+  //    also dbeta and dgamma, into bn_sums [2][C].
   for_each_replica(s, [&](Replica& r) {
     kernels().batch_norm_backward_sums(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
                                        r.reduction, r.bn_sums[bn.id].data(), r.grad_of(s.net, bn.gamma),
                                        r.grad_of(s.net, bn.beta));
   });
+  // 2. SyncBN: the mean and variance were the whole batch's, so every device's values moved
+  //    them: the two sums that carry that back are the whole batch's too.
   const bool sync = s.bn == BatchNormMode::Sync && s.replicas.size() > 1;
   if (sync) {
-    // The mean and variance were the whole batch's, so every device's values moved them: the
-    // two sums that carry that back are the whole batch's too.
-    // BEGIN EXERCISE ex09.sync_batch_norm
     std::vector<float*> sums;
     for (Replica& r : s.replicas) sums.push_back(r.bn_sums[bn.id].data());
     s.allreduce.run(sums, mgpu::Elements{std::size_t(2) * C});
-    // END EXERCISE ex09.sync_batch_norm
   }
+  // 3. Each value's input gradient, from the sums over the values they were taken over.
   for_each_replica(s, [&](Replica& r) {
     const double count = sync ? total_values(s, bn.side) : double(values(r));
     kernels().batch_norm_backward_input(*r.device, dy(r), r.z[conv.id].data(), C, values(r), r.bn_stats[bn.id].data(),
                                         r.param(s.net, bn.gamma), r.bn_sums[bn.id].data(), count, dz(r));
   });
+  // END EXERCISE ex09.sync_batch_norm
 }
 
 // dW, db of convolution c added into grads, from dz; dx (nullptr: not wanted) overwritten.
