@@ -15,17 +15,14 @@ int usable_devices(int wanted) {
   return std::max(1, std::min(wanted, mgpu::gpu_count()));
 }
 
-NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction)
-    : devices_(devices),
-      reduction_(reduction),
-      comms_(devices.size(), nullptr),
-      exceptions_before_(std::uncaught_exceptions()) {
+Communicators::Communicators(const mgpu::DeviceSet& devices)
+    : devices_(devices), comms_(devices.size(), nullptr), exceptions_before_(std::uncaught_exceptions()) {
   // BEGIN EXERCISE ex04.communicators
   std::vector<int> gpus;
   for (int i = 0; i < devices.size(); ++i) {
     // (A cpu device has no GPU, gpu == -1: under the cpu build's stand-in each is a rank.)
     if (devices[i].gpu >= 0 && std::find(gpus.begin(), gpus.end(), devices[i].gpu) != gpus.end())
-      throw mgpu::Error("NcclAllreduce: devices " + std::to_string(i) + " and another share cuda:" +
+      throw mgpu::Error("NCCL: devices " + std::to_string(i) + " and another share cuda:" +
                         std::to_string(devices[i].gpu) + "; NCCL needs one GPU per rank");
     gpus.push_back(devices[i].gpu);
   }
@@ -33,10 +30,8 @@ NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction
   // END EXERCISE ex04.communicators
 }
 
-NcclAllreduce::~NcclAllreduce() {
-  // Normally finalize (waits for every queued collective) and destroy. While an error unwinds
-  // the stack, a collective may be stuck waiting for a GPU that will never join it: abort,
-  // which does not wait. Errors are ignored here: a destructor must not throw.
+Communicators::~Communicators() {
+  // Errors are reported, not thrown (close_communicator): a destructor must not throw.
   // BEGIN EXERCISE ex04.communicators
   const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
   for (std::size_t i = 0; i < comms_.size(); ++i) {
@@ -48,6 +43,9 @@ NcclAllreduce::~NcclAllreduce() {
   // END EXERCISE ex04.communicators
 }
 
+NcclAllreduce::NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction)
+    : devices_(devices), reduction_(reduction), comms_(devices) {}
+
 void group_calls(int k, const std::function<void(int i)>& call) {
   // BEGIN EXERCISE ex04.group_calls
   MGPU_CHECK_NCCL(ncclGroupStart());
@@ -57,7 +55,7 @@ void group_calls(int k, const std::function<void(int i)>& call) {
 }
 
 void NcclAllreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
-  if (data.size() != comms_.size()) throw mgpu::Error("NcclAllreduce: one buffer per device expected");
+  if (static_cast<int>(data.size()) != comms_.size()) throw mgpu::Error("NcclAllreduce: one buffer per device expected");
   const ncclRedOp_t op = reduction_ == Reduction::Sum ? ncclSum : ncclAvg;
   group_calls(devices_.size(), [&](int i) { mgpu::allreduce(comms_[i], devices_[i], data[i], n, op); });
 }

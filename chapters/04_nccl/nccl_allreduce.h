@@ -26,12 +26,31 @@ enum class Reduction {
   Average,  // ncclAvg: every GPU gets sum / k; the SGD step must divide by batch / k
 };
 
+// One NCCL communicator per device of `devices`, made together by one ncclCommInitAll (every
+// device must be on its own GPU: NCCL refuses two ranks of one communicator on one GPU), and
+// closed together when this goes: finalized (which waits for every queued collective) and
+// destroyed, or, while an exception unwinds the stack, aborted (a collective may be stuck
+// waiting for a GPU that will never join it; abort does not wait). NcclAllreduce holds one;
+// chapter 06's 16-bit NCCL exchange too.
+class Communicators {
+ public:
+  explicit Communicators(const mgpu::DeviceSet& devices);
+  ~Communicators();
+  Communicators(const Communicators&) = delete;
+  Communicators& operator=(const Communicators&) = delete;
+  ncclComm_t operator[](int i) const { return comms_[static_cast<std::size_t>(i)]; }  // drives devices[i]
+  int size() const { return static_cast<int>(comms_.size()); }
+
+ private:
+  const mgpu::DeviceSet& devices_;
+  std::vector<ncclComm_t> comms_;
+  int exceptions_before_;  // std::uncaught_exceptions() when made: more when this goes = unwinding
+};
+
 class NcclAllreduce : public mgpu::Collective {
  public:
-  // One communicator per device; every device must be on its own GPU (NCCL refuses two ranks
-  // of one communicator on one GPU).
+  // One communicator per device (Communicators).
   NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction);
-  ~NcclAllreduce() override;
   std::string name() const override { return "nccl"; }
 
   // data[i] (n floats) lives on devices[i]; queued on each device's stream, no host wait.
@@ -41,8 +60,7 @@ class NcclAllreduce : public mgpu::Collective {
  private:
   const mgpu::DeviceSet& devices_;
   Reduction reduction_;
-  std::vector<ncclComm_t> comms_;  // comms_[i] drives devices[i]
-  int exceptions_before_;          // std::uncaught_exceptions() when made: more later = unwinding
+  Communicators comms_;  // comms_[i] drives devices[i]
 };
 
 // Queues call(i) for i = 0 .. k-1, one NCCL call per communicator of this process, as one

@@ -1,42 +1,31 @@
 #include "nccl16.h"
 
-#include <algorithm>
-#include <exception>
 #include <string>
 
-#include "../04_nccl/nccl_allreduce.h"  // nccl::group_calls: chapter 04's group
 #include "common/nccl.h"
 #include "mixed.h"
 #include "ring16.h"  // exchange16: the encode, sum, decode around the group of ncclAllReduce calls
 
 namespace mixed {
 
-Nccl16Allreduce::Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements)
-    : devices_(devices), format_(format), max_elements_(max_elements), comms_(devices.size(), nullptr),
-      exceptions_before_(std::uncaught_exceptions()) {
+namespace {
+// Each device's 16-bit copy of the bucket; refuses a format that is not 16 bits first.
+std::vector<mgpu::Buffer<std::uint16_t>> make_wire(const mgpu::DeviceSet& devices, Precision format,
+                                                   std::size_t max_elements) {
   if (format != Precision::BF16 && format != Precision::FP16)
     throw mgpu::Error("Nccl16Allreduce: the wire format must be bf16 or fp16");
-  std::vector<int> gpus;
-  for (int i = 0; i < devices.size(); ++i) {
-    if (std::find(gpus.begin(), gpus.end(), devices[i].gpu) != gpus.end())
-      throw mgpu::Error("--allreduce nccl: devices " + std::to_string(i) + " and another share cuda:" +
-                        std::to_string(devices[i].gpu) + "; NCCL needs one GPU per device");
-    gpus.push_back(devices[i].gpu);
-    wire_.emplace_back(devices[i], max_elements);
-  }
-  MGPU_CHECK_NCCL(ncclCommInitAll(comms_.data(), devices.size(), gpus.data()));
+  std::vector<mgpu::Buffer<std::uint16_t>> wire;
+  for (int i = 0; i < devices.size(); ++i) wire.emplace_back(devices[i], max_elements);
+  return wire;
 }
+}  // namespace
 
-Nccl16Allreduce::~Nccl16Allreduce() {
-  const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
-  for (std::size_t i = 0; i < comms_.size(); ++i) {
-    cudaSetDevice(devices_[static_cast<int>(i)].gpu);
-    mgpu::close_communicator(comms_[i], unwinding);
-  }
-}
+Nccl16Allreduce::Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements)
+    : devices_(devices), format_(format), max_elements_(max_elements), wire_(make_wire(devices, format, max_elements)),
+      comms_(devices) {}
 
 void Nccl16Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
-  if (data.size() != comms_.size()) throw mgpu::Error("Nccl16Allreduce: one buffer per device expected");
+  if (static_cast<int>(data.size()) != comms_.size()) throw mgpu::Error("Nccl16Allreduce: one buffer per device expected");
   if (n.count > max_elements_)
     throw mgpu::Error("Nccl16Allreduce: " + std::to_string(n.count) + " elements exceed the " +
                       std::to_string(max_elements_) + " it was made for");

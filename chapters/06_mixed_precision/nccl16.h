@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../04_nccl/nccl_allreduce.h"  // nccl::Communicators, nccl::group_calls
 #include "common/collective.h"
 #include "formats.h"
 
@@ -15,10 +16,9 @@ namespace mixed {
 
 class Nccl16Allreduce : public mgpu::Collective {
  public:
-  // One communicator per device; every device on its own GPU (NCCL refuses two on one).
+  // One communicator per device (chapter 04's Communicators: every device on its own GPU).
   // max_elements: the largest buffer run() will be given (each device keeps its 16-bit copy).
   Nccl16Allreduce(const mgpu::DeviceSet& devices, Precision format, std::size_t max_elements);
-  ~Nccl16Allreduce() override;
   std::string name() const override { return "nccl16"; }
 
   // data[i] (n fp32 values on devices[i]): encoded, one grouped 16-bit ncclAllReduce (sum), decoded.
@@ -28,9 +28,8 @@ class Nccl16Allreduce : public mgpu::Collective {
   const mgpu::DeviceSet& devices_;
   Precision format_;
   std::size_t max_elements_;
-  std::vector<ncclComm_t> comms_;
   std::vector<mgpu::Buffer<std::uint16_t>> wire_;  // per device: its bucket in 16 bits
-  int exceptions_before_;                          // as chapter 04's: abort, not finalize, while unwinding
+  nccl::Communicators comms_;                      // made last, so closed first
 };
 
 }  // namespace mixed
