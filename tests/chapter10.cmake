@@ -6,6 +6,10 @@
 # fast_kernels_on_gpu: skipped where no GPU answers (and, in the cpu build, listed as skipped,
 # saying why), never counted as passed.
 mgpu_test(test_fast_kernels DEVICE LIBS mgpu_fast_kernels)
+# The classroom kit's exercises of this chapter: two element functions, graded on any build.
+mgpu_exercise(ex10.im2col_element test_fast_kernels "element bodies: im2col_element*")
+mgpu_exercise(ex10.col2im_element test_fast_kernels "element bodies: col2im_element*"
+              "raw kernels: im2col_raw and col2im_raw*")
 if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
   add_test(NAME fast_kernels_on_gpu COMMAND test_fast_kernels "--test-case=raw kernels:*"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -30,6 +30,7 @@
 #include "../09_resnet/layers.h"  // nn::ConvShape, conv_output_shape: the shapes and the references
 #include "common/backend.h"         // MGPU_HD, MGPU_CUDA
 #include "common/device.h"          // Device, Buffer
+#include "common/exercise.h"        // the student copy's holes call mgpu::exercise_not_done
 
 namespace fast {
 
@@ -117,6 +118,7 @@ Im2colArgs im2col_args(const float* x, ImageShape xs, ConvShape c, float* col);
 // warp, 32 floats in a row: a coalesced store), and read neighbouring pixels of one input row
 // (s apart). The index is unpacked from the innermost dimension out, one Divisor each.
 MGPU_HD inline void im2col_element(const Im2colArgs& a, int idx) {
+  // BEGIN EXERCISE ex10.im2col_element
   int ox, oy, b, kx, ky;
   int t = a.by_Wo.divmod(idx, ox);
   t = a.by_Ho.divmod(t, oy);
@@ -126,6 +128,7 @@ MGPU_HD inline void im2col_element(const Im2colArgs& a, int idx) {
   const int y = oy * a.s + ky - a.p, x = ox * a.s + kx - a.p;  // the input pixel, maybe in the padding
   const bool inside = y >= 0 && y < a.H && x >= 0 && x < a.W;
   a.col[idx] = inside ? a.x[((c * a.B + b) * a.H + y) * a.W + x] : 0.0f;
+  // END EXERCISE ex10.im2col_element
 }
 
 // ---- (b) col2im: dx[c][b][y][x] = the sum of the col entries that copied x[c][b][y][x].
@@ -143,6 +146,7 @@ Col2imArgs col2im_args(const float* col, ImageShape xs, ConvShape c, float* dx);
 // likewise kx. The terms are added in the order (ky, kx) ascending, from 0.0f, as nn::col2im
 // adds them: the same bits.
 MGPU_HD inline void col2im_element(const Col2imArgs& a, int idx) {
+  // BEGIN EXERCISE ex10.col2im_element
   int x, y, b;
   int t = a.by_W.divmod(idx, x);
   t = a.by_H.divmod(t, y);
@@ -163,6 +167,7 @@ MGPU_HD inline void col2im_element(const Col2imArgs& a, int idx) {
     }
   }
   a.dx[idx] = sum;
+  // END EXERCISE ex10.col2im_element
 }
 
 // ---- (c) BatchNorm's per-channel sums: sums[c] = sum over j of z[c][j] (nn::batch_norm_sums).
