@@ -299,6 +299,38 @@ MemoryNeed memory_needed(const Settings& settings, int devices, int gpus) {
   return need;
 }
 
+namespace {
+
+// nccl-tests' last lines, so that scripts written for its output read ours: the wrong elements
+// ("Out of bounds values", OK or FAILED) and the mean busbw over every size of the program's own
+// collective (the last the factory lists: the ring in chapter 03, NCCL in chapter 04) at the
+// largest device count, as nccl-tests averages the one collective and device count it ran.
+// Before them, the same mean for every collective and device count, one comment line each.
+void print_nccl_tests_footer(const std::vector<Measurement>& results, std::size_t wrong) {
+  std::vector<std::pair<std::string, int>> runs;  // (algorithm, devices), in the order measured
+  for (const Measurement& m : results)
+    if (std::find(runs.begin(), runs.end(), std::make_pair(m.algorithm, m.devices)) == runs.end())
+      runs.emplace_back(m.algorithm, m.devices);
+  auto mean_busbw = [&](const std::pair<std::string, int>& run) {
+    double sum = 0;
+    int n = 0;
+    for (const Measurement& m : results)
+      if (m.algorithm == run.first && m.devices == run.second) sum += m.busbw, ++n;
+    return n ? sum / n : 0.0;
+  };
+  std::printf("\n");
+  for (const auto& run : runs)
+    std::printf("# Avg bus bandwidth of %s on %d device%s : %g\n", run.first.c_str(), run.second,
+                run.second == 1 ? "" : "s", mean_busbw(run));
+  std::pair<std::string, int> own{"", 0};  // the last algorithm listed, at its largest device count
+  for (const auto& run : runs)
+    if (run.first == runs.back().first && run.second >= own.second) own = run;
+  std::printf("# Out of bounds values : %zu %s\n", wrong, wrong ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g \n#\n", runs.empty() ? 0.0 : mean_busbw(own));
+}
+
+}  // namespace
+
 int main_program(int argc, char** argv, const std::string& program, const CollectiveFactory& make_collectives,
                  const Settings& defaults) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
@@ -343,9 +375,11 @@ int main_program(int argc, char** argv, const std::string& program, const Collec
     for (const Measurement& m : results) wrong += m.wrong;
     if (wrong) {
       std::fprintf(stderr, "%s: %zu wrong elements in all (see #wrong)\n", program.c_str(), wrong);
+      print_nccl_tests_footer(results, wrong);
       return 1;
     }
     std::printf("every element of every allreduce checked: all correct\n");
+    print_nccl_tests_footer(results, wrong);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
     return 1;
