@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -252,7 +253,7 @@ void TrainingLog::progress(int epoch, int batch, int batches) {
   const bool first = epoch != progress_epoch_;  // the epoch's first report: its clock starts
   if (first) {
     progress_epoch_ = epoch;
-    last_shown_s_ = now;
+    epoch_started_s_ = last_shown_s_ = now;
   }
   // A live line is drawn at once and redrawn at most 5 times a second; a plain line every
   // --print-every batches, or about every 10 s.
@@ -262,18 +263,24 @@ void TrainingLog::progress(int epoch, int batch, int batches) {
                                                 : now - last_shown_s_ >= 10;
   if (!due) return;
   last_shown_s_ = now;
-  // "batch k": k batches queued. The rate is the last epoch's, measured with the devices
-  // synchronized (none in the first). The host's own clock would not do: a batch's call returns
-  // once its work is queued, and the host runs ahead of the devices by as many batches as their
-  // queues hold (on a GPU, most of a LeNet epoch).
+  // "batch k": k batches queued. The rate shown is the last epoch's, measured with the devices
+  // synchronized (none in the first). The time left is the longer of two guesses: the last
+  // epoch's rate, and this epoch's so far by the host's clock, counted once the epoch has run a
+  // second. The host's clock alone would not do: a batch's call returns once its work is queued,
+  // and the host runs ahead of the devices by as many batches as their queues hold (on a GPU,
+  // most of a LeNet epoch), so this epoch's rate can only look too fast; but where this epoch
+  // is slower than the last (another machine's load, a first epoch), it is the better guess.
   char line[192];
-  const int n =
-      std::snprintf(line, sizeof line, "  epoch %d/%d  batch %d/%d", epoch, options_.epochs, batch + 1, batches);
+  int n = std::snprintf(line, sizeof line, "  epoch %d/%d  batch %d/%d", epoch, options_.epochs, batch + 1, batches);
+  const double left = batches - 1 - batch, elapsed = now - epoch_started_s_;
+  double eta = -1;  // unknown
+  if (elapsed >= 1.0) eta = elapsed / (batch + 1) * left;
   if (!records_.empty() && records_.back().seconds > 0) {
     const double epoch_s = records_.back().seconds;
-    std::snprintf(line + n, sizeof line - n, "  %.0f images/s (last epoch)  ETA %.1f s", train_examples_ / epoch_s,
-                  epoch_s * (batches - 1 - batch) / batches);
+    n += std::snprintf(line + n, sizeof line - n, "  %.0f images/s (last epoch)", train_examples_ / epoch_s);
+    eta = std::max(eta, epoch_s * left / batches);
   }
+  if (eta >= 0) std::snprintf(line + n, sizeof line - n, "  ETA %.1f s", eta);
   if (style == ProgressStyle::Live) {
     std::printf("\r\33[2K%s", line);  // back to the line's start, erase it, draw it anew
     line_drawn_ = true;

@@ -3,7 +3,7 @@
 //       epoch 3/10  batch 120/235  5123 images/s (last epoch)  ETA 2.3 s
 //     and in a log (a file, a pipe, mpirun's or a scheduler's) the same as a plain line about
 //     every 10 s, or every --print-every N batches (the rate is the last epoch's: none in the
-//     first),
+//     first; the time left the longer of the last epoch's and this epoch's so far),
 //   - one line per epoch:  epoch  3/10  loss 0.5123  train_acc 0.8012  test_acc 0.7950  sec 3.91
 //   - in --out (default results/), files named after the run (run_name below: 01_lenet for d2l's
 //     defaults, 01_lenet_epochs-5_batch-size-64 for a run with other settings, or --run-name):
@@ -135,6 +135,7 @@ class TrainingLog {
   // The progress of the epoch running: which epoch, and when its progress was last shown.
   int progress_epoch_ = 0;
   double last_shown_s_ = 0;
+  double epoch_started_s_ = 0;  // when the progress epoch's first report came
   bool line_drawn_ = false;  // a live line is on the terminal, to be erased before the next line
 };
 

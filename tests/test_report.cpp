@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "common/backend.h"  // kBackendName
 #include "common/check.h"
@@ -262,6 +264,27 @@ TEST_CASE("--print-every N: in a log, a plain line every N batches, with the las
   CHECK(text.find("  epoch 2/10  batch 4/8  500 images/s (last epoch)  ETA 1.0 s\n") != std::string::npos);
   CHECK(text.find("  epoch 2/10  batch 8/8  500 images/s (last epoch)  ETA 0.0 s\n") != std::string::npos);
   CHECK(text.find("batch 3/8") == std::string::npos);
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("progress: an epoch slower than the last gets the time left from its own rate") {
+  const fs::path out = fresh_folder("slow_epoch");
+  mgpu::Options o;
+  o.out = out.string();
+  o.print_every = 1;
+  mgpu::TrainingLog log("01_lenet", "slow_epoch", o, {}, 1, 1000);
+  const std::string text = stdout_of([&] {
+    log.end_epoch({1, 2.3, 0.1, 0.1, 0.001});  // a last epoch of 1 ms: an ETA of well under 1 ms
+    log.progress(2, 0, 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    log.progress(2, 1, 4);  // 2 batches in 1.1 s or more: 2 left take 1.1 s or more
+  });
+  CAPTURE(text);
+  const std::size_t at = text.find("  epoch 2/10  batch 2/4  1000000 images/s (last epoch)  ETA ");
+  REQUIRE(at != std::string::npos);
+  const double eta = std::stod(text.substr(text.find("ETA ", at) + 4));
+  CHECK(eta >= 1.0);   // this epoch's rate, not the last epoch's 0.0005 s
+  CHECK(eta < 60.0);
   fs::remove_all(out.parent_path());
 }
 
