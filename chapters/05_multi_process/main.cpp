@@ -106,8 +106,14 @@ void print_profile(const std::array<mp::StepProfile, 2>& p, int steps, int ranks
   for (const auto& [name, t] : {std::pair{"overlap off", off}, std::pair{"overlap on ", on}})
     std::printf("  %s  %.2f ms = compute %.2f + waiting for the allreduce %.3f + sgd %.3f\n", name, t.step, t.compute,
                 t.wait, t.update);
-  std::printf("  overlap saves %.3f ms per step (%.1f%%)\n", off.step - on.step,
-              off.step > 0 ? 100 * (off.step - on.step) / off.step : 0.0);
+  const double saved = off.step - on.step;
+  std::printf("  overlap saves %.3f ms per step (%.1f%%)\n", saved, off.step > 0 ? 100 * saved / off.step : 0.0);
+  // A negative saving is a measurement, not a bug to hide: say what it means.
+  if (saved < 0)
+    std::printf("  (negative: the steps with overlap on took longer. Overlap helps only where the allreduce can\n"
+                "  hide behind the backward pass; where ranks share cores, its per-layer calls compete with the\n"
+                "  compute, and on a busy machine either figure moves by more than the saving: see the chapter\n"
+                "  README, \"What overlap saves here\")\n");
 }
 
 // The traced steps of every rank, as one CSV on rank 0: <out>/<run>_timeline.csv, one row per
