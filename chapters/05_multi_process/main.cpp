@@ -62,6 +62,10 @@ std::optional<int> stop_for_command_line(const mp::World& w, const mp::CommandLi
     if (w.rank == 0) std::fputs(mp::usage().c_str(), stdout);
     return 0;
   }
+  if (const std::string why = mp::foreign_launcher(w); !why.empty()) {
+    std::fprintf(stderr, "%s: %s\nrun with --help for the usage\n", mp::kChapter.name.c_str(), why.c_str());
+    return 2;
+  }
   const int first_refusing = mp::first_rank_where(w, !cl.error.empty());
   if (first_refusing < w.size) {
     if (w.rank == first_refusing) {

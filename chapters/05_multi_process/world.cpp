@@ -42,6 +42,16 @@ MpiSession::MpiSession(int& argc, char**& argv) {
 
 MpiSession::~MpiSession() { MPI_Finalize(); }
 
+std::string foreign_launcher(const World& w) {
+  const char* world_size = std::getenv("WORLD_SIZE");
+  if (!world_size || std::atoi(world_size) <= w.size) return "";
+  const char* rank = std::getenv("RANK");
+  return "WORLD_SIZE=" + std::string(world_size) + (rank ? " and RANK=" + std::string(rank) : std::string()) +
+         " are set (torchrun's launch), but MPI started this process as a world of " + std::to_string(w.size) +
+         ": this program takes its ranks from MPI, so torchrun's processes would each train alone, into the "
+         "same files. Start it with mpirun -np " + std::string(world_size) + " (or srun) instead";
+}
+
 World describe_world(MPI_Comm comm) {
   World w;
   w.comm = comm;

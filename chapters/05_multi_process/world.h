@@ -49,6 +49,13 @@ struct World {
 // one, which the tests use as the one-process reference).
 World describe_world(MPI_Comm comm);
 
+// torchrun (and torch.distributed.launch) start WORLD_SIZE processes with RANK, LOCAL_RANK,
+// MASTER_ADDR and MASTER_PORT set and no MPI: each is then a world of one to MPI, and they would
+// train apart into the same files. This program takes its ranks from MPI (mpirun, or srun,
+// which starts MPI's processes): where WORLD_SIZE says more processes than MPI's world has,
+// returns the sentence that refuses the run; "" otherwise.
+std::string foreign_launcher(const World& w);
+
 // One line per rank, gathered on rank 0 (empty on the others): "rank 1: host vm, local rank 1 of 2, <what>".
 std::string gather_lines(const World& w, const std::string& what);
 // Every rank's `text`, of any length, concatenated in rank order on rank 0 ("" elsewhere).
