@@ -465,22 +465,42 @@ bool run_gnuplot(const std::string& png_path, const std::string& commands) {
   return true;
 }
 
+namespace {
+// The epochs a run's CSV holds: its rows after the header.
+int epochs_in(const std::string& csv) {
+  std::ifstream in(csv);
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) rows += !line.empty();
+  return std::max(0, rows - 1);
+}
+}  // namespace
+
 bool plot_runs(const std::string& png_path, const std::string& title,
                const std::vector<std::pair<std::string, std::string>>& runs) {
+  // Epochs 1..N on the x-axis, half an epoch of margin each side, so that a run of one epoch is
+  // a point in the middle of the plot (an x range of one value makes gnuplot warn).
+  int epochs = 1;
+  for (const auto& run : runs) epochs = std::max(epochs, epochs_in(run.second));
   std::ostringstream gp;
-  gp << "set key autotitle columnhead bottom right\n"
-     << "set grid\n"
-     << "set xrange [0:*]\n"
+  gp << "set grid\n"
+     << "set xrange [0.5:" << epochs + 0.5 << "]\n"
+     << (epochs <= 20 ? "set xtics 1\n" : "")
      << "set multiplot layout 1,2 title '" << title << "'\n";
-  // Test accuracy (column 4) per epoch, one line per run.
-  gp << "set xlabel 'epoch'\nset ylabel 'test accuracy'\nset yrange [0:1]\nplot ";
-  for (std::size_t i = 0; i < runs.size(); ++i)
-    gp << (i ? ", " : "") << gnuplot_file(runs[i].second, png_path) << " using 1:4 with linespoints lc " << i + 1
-       << " title '" << runs[i].first << "'";
+  // d2l's picture of training: the training loss (column 2), the training accuracy (3) and the
+  // test accuracy (4) per epoch, on one axis; one colour per run, one dash type per curve.
+  gp << "set key below horizontal\nset xlabel 'epoch'\nset ylabel 'loss, accuracy'\nset yrange [0:*]\nplot ";
+  const char* curves[3][2] = {{"2", "train loss"}, {"3", "train acc"}, {"4", "test acc"}};
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::string file = gnuplot_file(runs[i].second, png_path);
+    const std::string who = runs.size() > 1 ? runs[i].first + ": " : "";
+    for (int c = 0; c < 3; ++c)
+      gp << (i || c ? ", " : "") << file << " using 1:" << curves[c][0] << " with linespoints lc " << i + 1 << " dt "
+         << c + 1 << " pt " << 7 + c << " title '" << who << curves[c][1] << "'";
+  }
   gp << "\n";
   // Time per epoch: the epochs that sec_per_epoch averages (column 6, in_sec_per_epoch, is 1) as
   // a line; the first epoch, which also pays one-time set-up, as an open circle of the same colour.
-  gp << "set xlabel 'epoch'\nset ylabel \"seconds per epoch\\n(open circle: one-time set-up included)\"\n"
+  gp << "set key inside bottom right\nset xlabel 'epoch'\nset ylabel \"seconds per epoch\\n(open circle: one-time set-up included)\"\n"
      << "set yrange [0:*]\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string file = gnuplot_file(runs[i].second, png_path);

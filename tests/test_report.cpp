@@ -48,6 +48,8 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
 // Two epochs logged and finished into `out`.
 void finish_a_run(const fs::path& out) {
   mgpu::Options o;
@@ -207,22 +209,30 @@ TEST_CASE("prepare_output_folder makes the folder, and refuses one that cannot b
 
 namespace {
 
-// What `f` prints on stdout (fd 1 sent to a file while it runs).
+// What `f` prints on file descriptor fd (1: stdout, 2: stderr, child processes' included),
+// sent to a file while it runs.
 template <class F>
-std::string stdout_of(F f) {
-  const fs::path file = fs::temp_directory_path() / ("mgpu_test_stdout_" + std::to_string(getpid()));
+std::string output_of(int fd, F f) {
+  const fs::path file =
+      fs::temp_directory_path() / ("mgpu_test_output_" + std::to_string(fd) + "_" + std::to_string(getpid()));
   std::fflush(stdout);
-  const int saved = dup(1);
+  std::fflush(stderr);
+  const int saved = dup(fd);
   FILE* capture = std::fopen(file.c_str(), "w");
-  dup2(fileno(capture), 1);
+  dup2(fileno(capture), fd);
   f();
   std::fflush(stdout);
-  dup2(saved, 1);
+  std::fflush(stderr);
+  dup2(saved, fd);
   close(saved);
   std::fclose(capture);
   const std::string text = read_file(file);
   fs::remove(file);
   return text;
+}
+template <class F>
+std::string stdout_of(F f) {
+  return output_of(1, f);
 }
 
 TEST_CASE("--progress: on draws a live line and erases it; off draws nothing; auto, in a log, plain lines") {
@@ -264,6 +274,37 @@ TEST_CASE("--print-every N: in a log, a plain line every N batches, with the las
   CHECK(text.find("  epoch 2/10  batch 4/8  500 images/s (last epoch)  ETA 1.0 s\n") != std::string::npos);
   CHECK(text.find("  epoch 2/10  batch 8/8  500 images/s (last epoch)  ETA 0.0 s\n") != std::string::npos);
   CHECK(text.find("batch 3/8") == std::string::npos);
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, and no gnuplot warning for one epoch") {
+  const fs::path out = fresh_folder("plot_runs");
+  const std::string header = "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n";
+  write_text(out / "one.csv", header + "1,2.3,0.1,0.1,1.5,0\n");
+  write_text(out / "three.csv", header + "1,2.3,0.1,0.1,1.5,0\n2,1.2,0.5,0.45,1.1,1\n3,0.7,0.7,0.68,1.0,1\n");
+  const std::string one = (out / "one.png").string(), both = (out / "both.png").string();
+  bool drew_one = false, drew_both = false;
+  const std::string warnings = output_of(2, [&] {
+    drew_one = mgpu::plot_runs(one, "a run of one epoch", {{"one", (out / "one.csv").string()}});
+    drew_both = mgpu::plot_runs(both, "two runs", {{"one", (out / "one.csv").string()},
+                                                    {"three", (out / "three.csv").string()}});
+  });
+  // The scripts are written whether or not gnuplot is there: epochs 1..N with half an epoch of
+  // margin, and the training loss, training accuracy and test accuracy of every run.
+  const std::string script_one = read_file(out / "one.gp"), script_both = read_file(out / "both.gp");
+  CHECK(script_one.find("set xrange [0.5:1.5]") != std::string::npos);
+  CHECK(script_both.find("set xrange [0.5:3.5]") != std::string::npos);
+  for (const char* curve : {"using 1:2 ", "using 1:3 ", "using 1:4 ", "title 'three: train loss'", "title 'one: test acc'"})
+    CHECK_MESSAGE(script_both.find(curve) != std::string::npos, curve);
+  if (gnuplot_installed()) {
+    CHECK(drew_one);
+    CHECK(drew_both);
+    CHECK(fs::file_size(one) > 0);
+    CHECK(warnings.empty());  // gnuplot said nothing: no "empty x range" for the run of one epoch
+  } else {
+    CHECK_FALSE(drew_one);  // and the warning says gnuplot is missing
+    CHECK(warnings.find("gnuplot not found") != std::string::npos);
+  }
   fs::remove_all(out.parent_path());
 }
 
