@@ -125,13 +125,20 @@ void write_push_files(const std::string& run, const mgpu::Options& o, const ps::
   mgpu::write_whole_file(out_file(o, run + "_pushes.csv").string(), pushes.str());
   mgpu::write_whole_file(out_file(o, run + "_workers.csv").string(), workers.str());
   mgpu::write_whole_file(csv, hist.str());
+  // The axes from 0, every staleness that occurred on the x-axis: a run whose pushes all had one
+  // staleness (BSP's 0) is one bar on a readable axis, not an axis of one value gnuplot warns about.
+  const std::size_t stalest = ps::staleness_histogram(r.records, 0).size();  // 0 .. stalest - 1
   const std::string png = out_file(o, run + "_staleness.png").string();
   if (mgpu::run_gnuplot(png, "set title '" + run + ": staleness of the pushes (all epochs)'\n"
                              "set xlabel 'staleness (updates between pull and push)'\nset ylabel 'pushes'\n"
-                             "set style fill solid 0.6\nset boxwidth 0.8\nset key off\n"
+                             "set xrange [-0.5:" + std::to_string(std::max<std::size_t>(stalest, 1)) + "-0.5]\n"
+                             "set yrange [0:*]\nset style fill solid 0.6\nset boxwidth 0.8\nset key off\n"
                              "plot " + mgpu::gnuplot_file(csv, png) +
                              " using 2:($1 == 0 ? $3 : 1/0) with boxes\n"))
     std::printf("wrote %s\n", png.c_str());
+  if (stalest == 1)
+    std::printf("(every push had staleness 0: each was applied to the very version its gradient was computed on,\n"
+                "as under BSP or with one worker; the staleness plot is one bar)\n");
 }
 
 // Bytes through the server per step, measured and from the formula, beside the ring's, and
