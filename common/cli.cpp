@@ -111,6 +111,9 @@ Check file_name_part() {
         return "'" + value + "' may hold only letters, digits, '_', '-' and '.' (it names files)";
     // ".name" would hide the files; "-name" reads as an option to the tools run on them (gnuplot).
     if (value[0] == '.' || value[0] == '-') return "'" + value + "' may not start with '.' or '-' (it names files)";
+    if (value.size() > kMaxRunName)
+      return "a name of " + std::to_string(value.size()) + " characters; at most " + std::to_string(kMaxRunName) +
+             " (the run's files add their suffixes to it, and a file name may have 255)";
     return "";
   };
 }

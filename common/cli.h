@@ -11,6 +11,7 @@
 // it, and this one is included everywhere through report.h): the files that declare flags
 // include <CLI/CLI.hpp>, and give CLI11 the checks below.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -44,8 +45,14 @@ Check positive_float();
 // "needs a directory".
 Check text(const std::string& what);
 // Letters, digits, '_', '-' and '.', not starting with '.' or '-': a name that goes into file
-// names as it is (a leading '.' hides the file, a leading '-' reads as an option to gnuplot).
+// names as it is (a leading '.' hides the file, a leading '-' reads as an option to gnuplot),
+// and at most kMaxRunName characters.
 Check file_name_part();
+// The longest run name: the longest file a run writes is the name, a suffix of its own (chapter
+// 08's "_staleness.png", 14 characters; 24 allowed) and, while it is written, ".<pid>.tmp" (at
+// most 12 more), and a file name may have 255 bytes (NAME_MAX): 200 leaves room to spare, so a
+// run never fails at its end for a name it was given at its start.
+inline constexpr std::size_t kMaxRunName = 200;
 
 // A flag that is "on" or "off", stored in `value` (whose value now is the default the usage shows):
 //   mgpu::add_on_off(app, "--graph", graph, "replay one recorded training step");

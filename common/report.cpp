@@ -135,6 +135,11 @@ std::string read_whole(const fs::path& p) {
 }  // namespace
 
 void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings) {
+  // A name made from many settings can be long too: refused here, before any training, rather
+  // than when the run's last file is written.
+  if (run.size() > kMaxRunName)
+    throw Error("the run's name, " + run + ", has " + std::to_string(run.size()) + " characters; at most " +
+                std::to_string(kMaxRunName) + " fit the files it names (give a shorter one with --run-name NAME)");
   const fs::path folder(out), json_file = folder / (run + ".json");
   std::vector<std::string> there;  // the run's files already in the folder
   for (const char* extension : {".csv", ".json", ".png"})

@@ -376,6 +376,24 @@ TEST_CASE("--run-name takes letters, digits, '_', '-' and '.': a name, not a pat
   CHECK(mgpu::usage(kLenet).find("--run-name") != std::string::npos);
 }
 
+TEST_CASE("a run's name that its files could not carry is refused at the start, given or made from settings") {
+  // Chapter 07's _timeline.csv and chapter 08's _staleness.csv, written at a run's end, once
+  // failed there with "File name too long" for a name of 232 characters.
+  const std::string longest(mgpu::kMaxRunName, 'n'), too_long(mgpu::kMaxRunName + 1, 'n');
+  CHECK(mgpu::parse_options({"--run-name", longest}, kLenet).error.empty());
+  CHECK(mgpu::parse_options({"--run-name", too_long}, kLenet).error.find("--run-name: a name of 201 characters; at most 200") == 0);
+  // Every file a run may write fits in NAME_MAX with the longest name: its suffix and the
+  // temporary's ".<pid>.tmp" (a pid has at most 7 digits: pid_max is at most 4,194,304).
+  for (const char* suffix : {".json", "_staleness.png", "_staleness.csv", "_timeline.csv", "_workers.csv", "_model.csv"})
+    CHECK(longest.size() + std::string(suffix).size() + std::string(".4194304.tmp").size() <= 255);
+  // A name made from settings is checked where the run claims its files, before training.
+  const fs::path out = fresh_folder("long_name");
+  CHECK_THROWS_WITH_AS(mgpu::claim_run_files(out.string(), too_long, {}),
+                       doctest::Contains("has 201 characters; at most 200 fit the files it names"), mgpu::Error);
+  CHECK_NOTHROW(mgpu::claim_run_files(out.string(), longest, {}));
+  fs::remove_all(out.parent_path());
+}
+
 // A run of `settings` named `run` in `out`: `epochs` epochs logged, finished or not.
 void a_run(const fs::path& out, const std::string& run, const mgpu::RunSettings& settings, int epochs, bool finish) {
   mgpu::Options o;

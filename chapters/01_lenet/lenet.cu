@@ -162,11 +162,11 @@ void backward(const Device& d, Params& p, Params& g, Workspace& ws, int n, const
   // BEGIN EXERCISE ex01.network_backward
   // Each layer's tensors in the workspace: its input's gradient is the next layer's dy.
   LayerTensors t[kLayers];
-  t[3] = {ws.h3.data(), nullptr, nullptr, ws.dz4.data(), ws.dh3.data()};
-  t[2] = {ws.f.data(), nullptr, ws.h3.data(), ws.dh3.data(), ws.df.data()};
-  t[1] = {nullptr, ws.col2.data(), ws.h2.data(), ws.df.data(), ws.dp1.data(), ws.dp2.data(), ws.dh2.data(),
-          ws.dcol2.data()};
-  t[0] = {nullptr, ws.col1.data(), ws.h1.data(), ws.dp1.data(), nullptr, nullptr, ws.dh1.data()};
+  t[3].in = ws.h3.data(), t[3].dy = ws.dz4.data(), t[3].dx = ws.dh3.data();
+  t[2].in = ws.f.data(), t[2].relu_out = ws.h3.data(), t[2].dy = ws.dh3.data(), t[2].dx = ws.df.data();
+  t[1].col = ws.col2.data(), t[1].relu_out = ws.h2.data(), t[1].dy = ws.df.data(), t[1].dx = ws.dp1.data();
+  t[1].dpool = ws.dp2.data(), t[1].dconv = ws.dh2.data(), t[1].dcol = ws.dcol2.data();
+  t[0].col = ws.col1.data(), t[0].relu_out = ws.h1.data(), t[0].dy = ws.dp1.data(), t[0].dconv = ws.dh1.data();
   for (int l = kLayers - 1; l >= 0; --l) {
     t[l].ones = ws.ones.data();
     layer_backward(d, l, p, g, t[l], n, before_gemm);
