@@ -100,7 +100,7 @@ double ring_bytes_per_device(const MixedOptions& mo, int k) {
 
 MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& mo, int micro_batch,
                            const lenet::HostParams& init, mgpu::Collective& exchange)
-    : devices_(devices), mo_(mo), micro_batch_(micro_batch), exchange_(exchange) {
+    : mo_(mo), micro_batch_(micro_batch), exchange_(exchange) {
   const int shard_capacity = mgpu::shard_sizes(micro_batch, devices.size())[0];  // one micro-batch's shard
   replicas_.reserve(devices.size());
   for (int i = 0; i < devices.size(); ++i) {

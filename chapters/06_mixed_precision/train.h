@@ -90,7 +90,6 @@ class MixedTrainer {
   std::vector<dp::Replica>& replicas() { return replicas_; }
 
  private:
-  const mgpu::DeviceSet& devices_;
   MixedOptions mo_;
   int micro_batch_;
   mgpu::Collective& exchange_;
