@@ -10,6 +10,8 @@ mgpu_test(test_fast_kernels DEVICE LIBS mgpu_fast_kernels)
 mgpu_exercise(ex10.im2col_element test_fast_kernels "element bodies: im2col_element*")
 mgpu_exercise(ex10.col2im_element test_fast_kernels "element bodies: col2im_element*"
               "raw kernels: im2col_raw and col2im_raw*")
+mgpu_exercise(ex10.apply_vec4 test_fast_kernels "element bodies: apply_element and apply_vec4*"
+              "raw kernels: batch_norm_apply_raw*")
 if(MGPU_BACKEND_RESOLVED STREQUAL "cuda")
   add_test(NAME fast_kernels_on_gpu COMMAND test_fast_kernels "--test-case=raw kernels:*"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -333,12 +333,14 @@ MGPU_HD inline void apply_element(const ApplyArgs& a, int idx) {
 // Thread q of the vectorised path: elements 4q .. 4q+3, all in channel 4q / n (n % 4 == 0): one
 // 16-byte load of z (and of the residual), one 16-byte store of y.
 MGPU_HD inline void apply_vec4(const ApplyArgs& a, int q) {
+  // BEGIN EXERCISE ex10.apply_vec4
   const int i = 4 * q, c = i / a.n;
   const float mean = a.stats[c], scale = a.gamma[c] * a.stats[a.channels + c], shift = a.beta[c];
   const Vec4 z = load4(a.z + i);
   const Vec4 r = a.residual ? load4(a.residual + i) : Vec4{0, 0, 0, 0};
   store4(a.y + i, {apply_value(a, z.x, mean, scale, shift, r.x), apply_value(a, z.y, mean, scale, shift, r.y),
                    apply_value(a, z.z, mean, scale, shift, r.z), apply_value(a, z.w, mean, scale, shift, r.w)});
+  // END EXERCISE ex10.apply_vec4
 }
 
 // ---- The launchers: each queues its kernel(s) on d's stream and returns at once, taking the

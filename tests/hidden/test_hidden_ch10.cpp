@@ -2,11 +2,14 @@
 // ex10.col2im_element) at every index, against chapter 09's im2col and col2im, bit for bit, on
 // shapes the visible tests never use: a 7x7 kernel with stride 3, padding as wide as the kernel
 // (windows wholly in the padding), a stride larger than the kernel (pixels no window sees),
-// one-pixel images, and a batch of five.
+// one-pixel images, and a batch of five; apply_vec4 (ex10.apply_vec4) on rows of 4 values, 37
+// channels and values that land exactly on ReLU's kink.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -84,5 +87,42 @@ TEST_CASE("hidden col2im_element: the same shapes, and a stride larger than the 
     REQUIRE(a.count == s.xs.size());
     for (int idx = 0; idx < a.count; ++idx) fast::col2im_element(a, idx);
     CHECK(bits_differ(dx, want.download()) == 0);
+  }
+}
+
+TEST_CASE("hidden apply_vec4: rows of 4 values, 37 channels, values on ReLU's kink, every residual and ReLU choice") {
+  mgpu::DeviceSet devices(1);
+  const mgpu::Device& d = devices[0];
+  mgpu::Rng rng(1012);
+  for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{37, 4}, {2, 8}, {1, 1024}}) {
+    const int C = shape.first;
+    const std::int64_t n = shape.second;
+    std::vector<float> z = testing::random_floats(std::size_t(C) * n, rng);
+    const std::vector<float> residual = testing::random_floats(z.size(), rng);
+    std::vector<float> stats = testing::random_floats(2 * C, rng);
+    const std::vector<float> gamma = testing::random_floats(C, rng), beta(C, 0.0f);
+    for (int c = 0; c < C; ++c) stats[C + c] = 0.5f + std::abs(stats[C + c]);
+    for (int c = 0; c < C; ++c) z[std::size_t(c) * n] = stats[c];  // each row's first value: exactly 0 after the shift
+    for (const bool with_residual : {false, true})
+      for (const bool relu : {false, true}) {
+        CAPTURE(C);
+        CAPTURE(n);
+        CAPTURE(with_residual);
+        CAPTURE(relu);
+        const auto z_dev = testing::on_device(d, z), res_dev = testing::on_device(d, residual);
+        const auto stats_dev = testing::on_device(d, stats), gamma_dev = testing::on_device(d, gamma);
+        const auto beta_dev = testing::on_device(d, beta);
+        auto want = testing::poisoned(d, z.size());
+        nn::batch_norm_apply(d, z_dev.data(), C, n, stats_dev.data(), gamma_dev.data(), beta_dev.data(),
+                             with_residual ? res_dev.data() : nullptr,
+                             relu ? lenet::Activation::Relu : lenet::Activation::None, want.data());
+        std::vector<float> y(z.size(), 1.0e30f);
+        const fast::ApplyArgs a = fast::apply_args(z.data(), C, n, stats.data(), gamma.data(), beta.data(),
+                                                   with_residual ? residual.data() : nullptr, relu, y.data());
+        REQUIRE(a.vec4);
+        REQUIRE(a.count == C * n / 4);
+        for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
+        CHECK(bits_differ(y, want.download()) == 0);
+      }
   }
 }
