@@ -292,10 +292,14 @@ int find_answers(const fs::path& source, const fs::path& copy) {
       if (!exercises.count(r.exercise)) continue;
       std::string answer;
       for (int l = r.begin_line + 1; l < r.end_line; ++l) answer += lines[l - 1] + "\n";
-      const near_copies::Shingles& own = texts[relative.string()];
+      const auto own = texts.find(relative.string());  // the hole's own file in the copy
       near_copies::Shingles only_answer;
-      for (std::uint64_t h : near_copies::shingles(near_copies::tokens(answer), kShingle))
-        if (!own.count(h) && files_holding[h] <= kCommonFiles) only_answer.insert(h);
+      for (std::uint64_t h : near_copies::shingles(near_copies::tokens(answer), kShingle)) {
+        const auto holding = files_holding.find(h);
+        const bool around_the_hole = own != texts.end() && own->second.count(h);
+        const bool idiom = holding != files_holding.end() && holding->second > kCommonFiles;
+        if (!around_the_hole && !idiom) only_answer.insert(h);
+      }
       const std::string where = r.exercise + " (" + relative.string() + ":" + std::to_string(r.begin_line) + "-" +
                                 std::to_string(r.end_line) + ")";
       if (only_answer.size() < static_cast<std::size_t>(kMinShingles)) {
