@@ -18,8 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +29,7 @@
 #include "common/device.h"
 #include "common/random.h"
 #include "common/vector_ops.h"  // fill
+#include "fast_kernels_checks.h"  // ConvCase, check_bitwise, the apply's inputs and checks
 #include "helpers.h"
 
 namespace {
@@ -38,11 +37,14 @@ namespace {
 using lenet::ImageShape;
 using nn::ConvShape;
 
+using testing::ApplyInputs;
+using testing::check_bitwise;
+using testing::check_host_apply;
+using testing::ConvCase;
+using testing::label;
+using testing::reference_apply;
+
 // The convolutions the layout kernels are checked at: (input shape, kernel, stride, padding).
-struct ConvCase {
-  ImageShape xs;
-  ConvShape c;
-};
 std::vector<ConvCase> conv_cases() {
   return {
       {{3, 2, 7, 5}, {3, 4, 3, 1, 1}},   // 3x3, stride 1, padding 1, non-square
@@ -56,22 +58,6 @@ std::vector<ConvCase> conv_cases() {
       {{4, 3, 5, 6}, {4, 2, 3, 1, 1}},   // fewer output channels than input ones
       {{2, 2, 4, 3}, {2, 3, 1, 1, 0}},   // 1x1, stride 1: the unfolding is a copy
   };
-}
-std::string label(const ConvCase& cc) {
-  std::ostringstream s;
-  s << cc.xs.channels << "x" << cc.xs.batch << "x" << cc.xs.height << "x" << cc.xs.width << " k" << cc.c.kernel
-    << " s" << cc.c.stride << " p" << cc.c.padding;
-  return s.str();
-}
-
-// Elements whose bits differ (0.0f and -0.0f differ; NaNs of the same bits do not), with the first.
-void check_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  REQUIRE_MESSAGE(got.size() == want.size(), what << ": " << got.size() << " elements, expected " << want.size());
-  std::size_t bad = 0, first = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << got.size() << " elements differ in their bits; first at ["
-                               << first << "]: got " << got[first] << ", expected " << want[first]);
 }
 
 // Host copies of chapter 09's inputs, and its result computed on the device.
@@ -359,56 +345,6 @@ TEST_CASE("element bodies: the sums' launch plan fills a GPU and stays in its bo
   CHECK(fast::sums_blocks_per_channel(1, 1, sms) == 1);
   CHECK(fast::sums_blocks_per_channel(1, std::int64_t(1) << 30, sms) == fast::kMaxSumBlocks);
 }
-
-namespace {
-// BatchNorm apply's inputs on the host: z and residual [C][n], stats [2][C] (mean, inv_std > 0),
-// gamma and beta [C].
-struct ApplyInputs {
-  int C;
-  std::int64_t n;
-  std::vector<float> z, residual, stats, gamma, beta;
-  ApplyInputs(int C, std::int64_t n, mgpu::Rng& rng)
-      : C(C),
-        n(n),
-        z(testing::random_floats(std::size_t(C) * n, rng)),
-        residual(testing::random_floats(std::size_t(C) * n, rng)),
-        stats(testing::random_floats(2 * C, rng)),
-        gamma(testing::random_floats(C, rng)),
-        beta(testing::random_floats(C, rng)) {
-    for (int c = 0; c < C; ++c) stats[C + c] = 0.5f + std::abs(stats[C + c]);
-  }
-};
-
-std::vector<float> reference_apply(const mgpu::Device& d, const ApplyInputs& in, bool with_residual, bool relu) {
-  const auto z = testing::on_device(d, in.z), residual = testing::on_device(d, in.residual);
-  const auto stats = testing::on_device(d, in.stats), gamma = testing::on_device(d, in.gamma),
-             beta = testing::on_device(d, in.beta);
-  auto y = testing::poisoned(d, in.z.size());
-  nn::batch_norm_apply(d, z.data(), in.C, in.n, stats.data(), gamma.data(), beta.data(),
-                       with_residual ? residual.data() : nullptr,
-                       relu ? lenet::Activation::Relu : lenet::Activation::None, y.data());
-  return y.download();
-}
-}  // namespace
-
-namespace {
-// The host's apply against the device's: bit for bit in the cpu build (one compiler, one order).
-// In the cuda build the reference ran on the GPU, where nvcc fuses (z - mean) * scale + shift into
-// one FMA (one rounding) and the host compiler does not (two): they may differ in the last bit,
-// so there the check is 2^-20 of the value's scale (a few roundings). (On the GPU, raw against reference, both
-// fused: bit for bit, "raw kernels: batch_norm_apply_raw" below.)
-void check_host_apply(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  if constexpr (!mgpu::kCudaBackend) {
-    check_bitwise(got, want, what);
-  } else {
-    REQUIRE(got.size() == want.size());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < got.size(); ++i)
-      if (!(std::abs(got[i] - want[i]) <= 0x1p-20f * std::max(1.0f, std::abs(want[i])))) ++bad;
-    CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << got.size() << " elements beyond a rounding");
-  }
-}
-}  // namespace
 
 TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply (bit for bit on a CPU)") {
   Device1 dev;

@@ -6,28 +6,21 @@
 // channels and values that land exactly on ReLU's kink.
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../chapters/10_fast_kernels/kernels.h"
 #include "common/random.h"
+#include "fast_kernels_checks.h"  // ConvCase, check_bitwise, the apply's inputs and checks
 #include "helpers.h"
 
 namespace {
 
-using nn::ConvShape;
-using nn::ImageShape;
+using testing::ConvCase;
 
-struct Shape {
-  ImageShape xs;  // channels, batch, height, width
-  ConvShape c;    // in_channels, out_channels, kernel, stride, padding
-};
-
-std::vector<Shape> hidden_shapes() {
+std::vector<ConvCase> hidden_shapes() {
   return {
       {{2, 2, 11, 9}, {2, 3, 7, 3, 3}},  // 7x7, stride 3, padding 3
       {{1, 3, 4, 4}, {1, 2, 3, 1, 3}},   // padding 3 with a 3x3 kernel: whole windows in the padding
@@ -37,27 +30,14 @@ std::vector<Shape> hidden_shapes() {
   };
 }
 
-std::string label(const Shape& s) {
-  return std::to_string(s.xs.channels) + "x" + std::to_string(s.xs.batch) + "x" + std::to_string(s.xs.height) + "x" +
-         std::to_string(s.xs.width) + " k" + std::to_string(s.c.kernel) + " s" + std::to_string(s.c.stride) + " p" +
-         std::to_string(s.c.padding);
-}
-
-// How many elements' bits differ.
-std::size_t bits_differ(const std::vector<float>& got, const std::vector<float>& want) {
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) bad += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
-  return bad;
-}
-
 }  // namespace
 
 TEST_CASE("hidden im2col_element: a 7x7 kernel with stride 3, windows in the padding, one-pixel images") {
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   mgpu::Rng rng(1010);
-  for (const Shape& s : hidden_shapes()) {
-    CAPTURE(label(s));
+  for (const ConvCase& s : hidden_shapes()) {
+    CAPTURE(testing::label(s));
     const std::vector<float> x = testing::random_floats(s.xs.size(), rng);
     const auto x_dev = testing::on_device(d, x);
     const std::int64_t cols = nn::conv_col_size(s.xs, s.c);
@@ -67,7 +47,7 @@ TEST_CASE("hidden im2col_element: a 7x7 kernel with stride 3, windows in the pad
     const fast::Im2colArgs a = fast::im2col_args(x.data(), s.xs, s.c, col.data());
     REQUIRE(a.count == cols);
     for (int idx = 0; idx < a.count; ++idx) fast::im2col_element(a, idx);
-    CHECK(bits_differ(col, want.download()) == 0);
+    testing::check_bitwise(col, want.download(), "im2col " + testing::label(s));
   }
 }
 
@@ -75,8 +55,8 @@ TEST_CASE("hidden col2im_element: the same shapes, and a stride larger than the 
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];
   mgpu::Rng rng(1011);
-  for (const Shape& s : hidden_shapes()) {
-    CAPTURE(label(s));
+  for (const ConvCase& s : hidden_shapes()) {
+    CAPTURE(testing::label(s));
     const std::int64_t cols = nn::conv_col_size(s.xs, s.c);
     const std::vector<float> col = testing::random_floats(cols, rng);
     const auto col_dev = testing::on_device(d, col);
@@ -86,7 +66,7 @@ TEST_CASE("hidden col2im_element: the same shapes, and a stride larger than the 
     const fast::Col2imArgs a = fast::col2im_args(col.data(), s.xs, s.c, dx.data());
     REQUIRE(a.count == s.xs.size());
     for (int idx = 0; idx < a.count; ++idx) fast::col2im_element(a, idx);
-    CHECK(bits_differ(dx, want.download()) == 0);
+    testing::check_bitwise(dx, want.download(), "col2im " + testing::label(s));
   }
 }
 
@@ -97,32 +77,23 @@ TEST_CASE("hidden apply_vec4: rows of 4 values, 37 channels, values on ReLU's ki
   for (const auto& shape : std::vector<std::pair<int, std::int64_t>>{{37, 4}, {2, 8}, {1, 1024}}) {
     const int C = shape.first;
     const std::int64_t n = shape.second;
-    std::vector<float> z = testing::random_floats(std::size_t(C) * n, rng);
-    const std::vector<float> residual = testing::random_floats(z.size(), rng);
-    std::vector<float> stats = testing::random_floats(2 * C, rng);
-    const std::vector<float> gamma = testing::random_floats(C, rng), beta(C, 0.0f);
-    for (int c = 0; c < C; ++c) stats[C + c] = 0.5f + std::abs(stats[C + c]);
-    for (int c = 0; c < C; ++c) z[std::size_t(c) * n] = stats[c];  // each row's first value: exactly 0 after the shift
+    testing::ApplyInputs in(C, n, rng);
+    in.beta.assign(C, 0.0f);
+    for (int c = 0; c < C; ++c) in.z[std::size_t(c) * n] = in.stats[c];  // each row's first value: exactly 0 after the shift
     for (const bool with_residual : {false, true})
       for (const bool relu : {false, true}) {
         CAPTURE(C);
         CAPTURE(n);
         CAPTURE(with_residual);
         CAPTURE(relu);
-        const auto z_dev = testing::on_device(d, z), res_dev = testing::on_device(d, residual);
-        const auto stats_dev = testing::on_device(d, stats), gamma_dev = testing::on_device(d, gamma);
-        const auto beta_dev = testing::on_device(d, beta);
-        auto want = testing::poisoned(d, z.size());
-        nn::batch_norm_apply(d, z_dev.data(), C, n, stats_dev.data(), gamma_dev.data(), beta_dev.data(),
-                             with_residual ? res_dev.data() : nullptr,
-                             relu ? lenet::Activation::Relu : lenet::Activation::None, want.data());
-        std::vector<float> y(z.size(), 1.0e30f);
-        const fast::ApplyArgs a = fast::apply_args(z.data(), C, n, stats.data(), gamma.data(), beta.data(),
-                                                   with_residual ? residual.data() : nullptr, relu, y.data());
+        const std::vector<float> want = testing::reference_apply(d, in, with_residual, relu);
+        std::vector<float> y(in.z.size(), 1.0e30f);
+        const fast::ApplyArgs a = fast::apply_args(in.z.data(), C, n, in.stats.data(), in.gamma.data(), in.beta.data(),
+                                                   with_residual ? in.residual.data() : nullptr, relu, y.data());
         REQUIRE(a.vec4);
         REQUIRE(a.count == C * n / 4);
         for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
-        CHECK(bits_differ(y, want.download()) == 0);
+        testing::check_host_apply(y, want, "apply_vec4");  // bit for bit on a CPU, a rounding on a GPU
       }
   }
 }
