@@ -160,6 +160,17 @@ void check_gradient(const std::vector<float>& got, ref::Tensor& theta, const std
   check_close(probed, expected, rtol, what + " vs finite differences", &at);
 }
 
+// A layer's three gradients, dW, db and dx, each against the central differences of loss() with
+// respect to W, b and x, at `probes` elements of each tensor (every element of a smaller one).
+template <class Loss>
+void check_layer_gradients(const std::vector<float>& gW, ref::Tensor& W, const std::vector<float>& gb, ref::Tensor& b,
+                           const std::vector<float>& gx, ref::Tensor& x, std::size_t probes, mgpu::Rng& rng,
+                           double eps, double rtol, Loss loss) {
+  check_gradient(gW, W, sample_indices(W.size(), probes, rng), eps, rtol, loss, "dW");
+  check_gradient(gb, b, sample_indices(b.size(), probes, rng), eps, rtol, loss, "db");
+  check_gradient(gx, x, sample_indices(x.size(), probes, rng), eps, rtol, loss, "dx");
+}
+
 // got and want differ only by the order of float additions: per tensor, no element is further
 // apart than a thousandth of how far the tensor moved from `start` (plus 1e-5). And each
 // tensor did move, or the comparison would say nothing.

@@ -36,6 +36,7 @@ using lenet::ImageShape;
 using testing::check_close;
 using testing::check_equal;
 using testing::check_gradient;
+using testing::check_layer_gradients;
 using testing::check_second_call;
 using testing::on_device;
 using testing::poisoned;
@@ -291,9 +292,7 @@ TEST_CASE("conv2d_backward: dW, db, dx match finite differences; dW and db accum
     const ref::Tensor Rd = ref::to_double(R);
     const ref::Shape s = shape_of(conv.xs);
     auto L = [&] { return ref::dot(ref::conv2d(x, s, W, b, conv.cout, conv.k), Rd); };
-    check_gradient(gW, W, sample_indices(W.size(), kProbes, rng), kEps, kTol, L, "dW");
-    check_gradient(gb, b, sample_indices(b.size(), kProbes, rng), kEps, kTol, L, "db");
-    check_gradient(gx, x, sample_indices(x.size(), kProbes, rng), kEps, kTol, L, "dx");
+    check_layer_gradients(gW, W, gb, b, gx, x, kProbes, rng, kEps, kTol, L);
 
     // A second call adds the same gradient again (how a batch's chunks sum up), but overwrites dx.
     check_second_call(backward, dW, gW, db, gb, dx, gx, kTol);
@@ -444,9 +443,7 @@ TEST_CASE("dense: forward is W^T x + b; backward matches finite differences; dW,
     const std::vector<float> gW = dW.download(), gb = db.download(), gx = dx.download();
     const ref::Tensor Rd = ref::to_double(R);
     auto L = [&] { return ref::dot(ref::dense(xd, c.in, c.batch, Wd, bd, c.out), Rd); };
-    check_gradient(gW, Wd, sample_indices(Wd.size(), kProbes, rng), kEps, kTol, L, "dW");
-    check_gradient(gb, bd, sample_indices(bd.size(), kProbes, rng), kEps, kTol, L, "db");
-    check_gradient(gx, xd, sample_indices(xd.size(), kProbes, rng), kEps, kTol, L, "dx");
+    check_layer_gradients(gW, Wd, gb, bd, gx, xd, kProbes, rng, kEps, kTol, L);
 
     check_second_call(backward, dW, gW, db, gb, dx, gx, kTol);  // again: dW and db double, dx stays
   }

@@ -25,6 +25,7 @@ using lenet::ImageShape;
 using testing::check_close;
 using testing::check_equal;
 using testing::check_gradient;
+using testing::check_layer_gradients;
 using testing::check_second_call;
 using testing::on_device;
 using testing::poisoned;
@@ -33,6 +34,7 @@ using testing::sample_indices;
 
 constexpr double kTol = 1e-5;
 constexpr double kEps = 1e-3;
+constexpr std::size_t kEveryElement = SIZE_MAX;  // probes: every element of the small tensors here
 
 }  // namespace
 
@@ -69,9 +71,7 @@ TEST_CASE("hidden conv2d_backward: one image, one channel, one output pixel, a k
     const ref::Tensor Rd = ref::to_double(R);
     const ref::Shape s{c.x.channels, c.x.batch, c.x.height, c.x.width};
     auto L = [&] { return ref::dot(ref::conv2d(xd, s, Wd, bd, c.cout, c.k), Rd); };
-    check_gradient(gW, Wd, sample_indices(Wd.size(), Wd.size(), rng), kEps, kTol, L, "dW");
-    check_gradient(gb, bd, sample_indices(bd.size(), bd.size(), rng), kEps, kTol, L, "db");
-    check_gradient(gx, xd, sample_indices(xd.size(), xd.size(), rng), kEps, kTol, L, "dx");
+    check_layer_gradients(gW, Wd, gb, bd, gx, xd, kEveryElement, rng, kEps, kTol, L);
     check_second_call(backward, dW, gW, db, gb, dx, gx, kTol);
   }
 }
@@ -100,9 +100,7 @@ TEST_CASE("hidden dense: one unit, one example, and a layer wider than it is dee
     ref::Tensor xd = ref::to_double(x), Wd = ref::to_double(W), bd = ref::to_double(b);
     const ref::Tensor Rd = ref::to_double(R);
     auto L = [&] { return ref::dot(ref::dense(xd, c.in, c.batch, Wd, bd, c.out), Rd); };
-    check_gradient(gW, Wd, sample_indices(Wd.size(), Wd.size(), rng), kEps, kTol, L, "dW");
-    check_gradient(gb, bd, sample_indices(bd.size(), bd.size(), rng), kEps, kTol, L, "db");
-    check_gradient(gx, xd, sample_indices(xd.size(), xd.size(), rng), kEps, kTol, L, "dx");
+    check_layer_gradients(gW, Wd, gb, bd, gx, xd, kEveryElement, rng, kEps, kTol, L);
     check_second_call(backward, dW, gW, db, gb, dx, gx, kTol);
   }
 }
