@@ -19,6 +19,7 @@
 #include "../chapters/06_mixed_precision/train.h"
 #include "common/random.h"
 #include "helpers.h"
+#include "mixed_precision_checks.h"  // MixedSetup, CountingRing
 
 namespace {
 
@@ -294,51 +295,19 @@ TEST_CASE("flags: precision names, defaults that follow the precision, refusals"
 
 // ---- training steps on random data -------------------------------------------------------------
 
-// k devices with the same random training set, the order 0, 1, 2, ...
-struct Setup {
-  Setup(int k, int examples) : devices(k) {
-    mgpu::Rng rng(60);
-    set = testing::random_set(examples, rng);
-    data = mgpu::put_on_every_device(devices, set);
-  }
-  mgpu::DeviceSet devices;
-  mgpu::LabeledImages set;
-  std::vector<mgpu::DeviceData> data;
-};
-
-// A collective that counts its calls and, when told, puts an inf into one device's gradient
-// after the sum: a device that alone overflowed.
-class Spy : public mgpu::Collective {
- public:
-  explicit Spy(const mgpu::DeviceSet& devices)
-      : devices_(devices), ring_(devices, dp::largest_gradient_sum(lenet::Layout::Flat)) {}
-  std::string name() const override { return "spy"; }
-  void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
-    ++calls;
-    ring_.run(buffers, n);
-    if (poison_device >= 0) {
-      const float inf = std::numeric_limits<float>::infinity();
-      mgpu::copy_bytes_to_device(devices_[poison_device], buffers[poison_device] + 100, &inf, sizeof inf);
-    }
-  }
-  int calls = 0;
-  int poison_device = -1;
-
- private:
-  const mgpu::DeviceSet& devices_;
-  ring::RingAllreduce ring_;
-};
+using testing::CountingRing;  // the ring, counting its calls; poison_device fakes an overflow
+using testing::MixedSetup;    // k devices with the same random training set
 
 TEST_CASE("a skipped step leaves every device's parameters untouched, and halves the scale") {
   for (int k : {1, 2}) {
     CAPTURE(k);
-    Setup s(k, 64);
+    MixedSetup s(k, 64);
     const lenet::HostParams init = lenet::init_params(7);
     mixed::MixedOptions mo;
     mo.precision = Precision::FP16;
     mo.loss_scaling = true;
     mo.scaler.initial_scale = std::ldexp(1.0f, 30);  // dz4 * 2^30 is far beyond 65504: inf in fp16
-    Spy exchange(s.devices);
+    CountingRing exchange(s.devices);
     mixed::MixedTrainer trainer(s.devices, mo, 32, init, exchange);
     CHECK_FALSE(trainer.step(s.data, 0, 32, 0.5f));
     CHECK(trainer.scaler()->skipped() == 1);
@@ -348,13 +317,13 @@ TEST_CASE("a skipped step leaves every device's parameters untouched, and halves
 }
 
 TEST_CASE("an inf on one device only makes every device skip the step") {
-  Setup s(2, 64);
+  MixedSetup s(2, 64);
   const lenet::HostParams init = lenet::init_params(7);
   mixed::MixedOptions mo;
   mo.precision = Precision::FP16;
   mo.loss_scaling = true;
   mo.scaler.initial_scale = 1.0f;
-  Spy exchange(s.devices);
+  CountingRing exchange(s.devices);
   mixed::MixedTrainer trainer(s.devices, mo, 32, init, exchange);
   CHECK(trainer.step(s.data, 0, 32, 0.5f));  // a clean step moves the weights
   const lenet::HostParams after_one = trainer.master_params();
@@ -366,8 +335,8 @@ TEST_CASE("an inf on one device only makes every device skip the step") {
 }
 
 // Three optimizer steps of 64 examples, as `micro` micro-batches, on k devices: the final weights.
-lenet::HostParams three_steps(Setup& s, const mixed::MixedOptions& mo, int micro, int* allreduces = nullptr) {
-  Spy exchange(s.devices);
+lenet::HostParams three_steps(MixedSetup& s, const mixed::MixedOptions& mo, int micro, int* allreduces = nullptr) {
+  CountingRing exchange(s.devices);
   mixed::MixedTrainer trainer(s.devices, mo, 64 / micro, lenet::init_params(11, 0.1f), exchange);
   for (int step = 0; step < 3; ++step) CHECK(trainer.step(s.data, step * 64, 64, 0.2f));
   if (allreduces) *allreduces = exchange.calls;
@@ -379,7 +348,7 @@ TEST_CASE("accumulation: 4 micro-batches of 16 give the weights of one batch of 
     for (int k : {1, 2}) {
       CAPTURE(mixed::name_of(p));
       CAPTURE(k);
-      Setup s(k, 3 * 64);
+      MixedSetup s(k, 3 * 64);
       mixed::MixedOptions mo;
       mo.precision = p;
       int calls_one = 0, calls_four = 0;
@@ -394,14 +363,14 @@ TEST_CASE("accumulation: 4 micro-batches of 16 give the weights of one batch of 
 }
 
 TEST_CASE("accumulation: on 2 devices, the same weights as 1 device") {
-  Setup one(1, 3 * 64), two(2, 3 * 64);
+  MixedSetup one(1, 3 * 64), two(2, 3 * 64);
   mixed::MixedOptions mo;
   testing::check_same_training(three_steps(two, mo, 4), three_steps(one, mo, 4), lenet::init_params(11, 0.1f),
                                "k = 2 vs k = 1, 4 micro-batches");
 }
 
 TEST_CASE("flushed_to_zero: a tiny loss scale flushes fp16 gradients to zero, a large one keeps them") {
-  Setup s(1, 64);
+  MixedSetup s(1, 64);
   const mgpu::DeviceImages images(s.devices[0], s.set);
   std::array<double, 4> flushed_at[2];
   int i = 0;

@@ -25,6 +25,7 @@
 #include "common/random.h"
 #include "data_parallel_checks.h"
 #include "helpers.h"
+#include "mixed_precision_checks.h"  // MixedSetup, CountingRing
 
 namespace {
 
@@ -245,39 +246,11 @@ TEST_CASE("hidden Ring16Allreduce: an fp16 sum past 65504 is infinity on every d
 
 namespace {
 
-// k devices with the same random training set, the order 0, 1, 2, ... (another seed than the
-// visible tests').
-struct Devices06 {
-  Devices06(int k, int examples) : devices(k) {
-    mgpu::Rng rng(606);
-    data = mgpu::put_on_every_device(devices, testing::random_set(examples, rng));
-  }
-  mgpu::DeviceSet devices;
-  std::vector<mgpu::DeviceData> data;
+// k devices with the same random training set, another seed than the visible tests'.
+struct Devices06 : testing::MixedSetup {
+  Devices06(int k, int examples) : MixedSetup(k, examples, 606) {}
 };
-
-// Chapter 03's ring, counting its calls and, when told, putting an inf into one device's
-// gradient after the sum: a device that alone overflowed.
-class CountingRing : public mgpu::Collective {
- public:
-  explicit CountingRing(const mgpu::DeviceSet& devices)
-      : devices_(devices), ring_(devices, dp::largest_gradient_sum(lenet::Layout::Flat)) {}
-  std::string name() const override { return "counting ring"; }
-  void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
-    ++calls;
-    ring_.run(buffers, n);
-    if (poison_device >= 0) {
-      const float inf = std::numeric_limits<float>::infinity();
-      mgpu::copy_bytes_to_device(devices_[poison_device], buffers[poison_device] + 1234, &inf, sizeof inf);
-    }
-  }
-  int calls = 0;
-  int poison_device = -1;
-
- private:
-  const mgpu::DeviceSet& devices_;
-  ring::RingAllreduce ring_;
-};
+using testing::CountingRing;
 
 // `steps` optimizer steps of `batch` examples in micro-batches of `micro` on s's devices: the
 // master weights at the end, and the exchange's calls.
@@ -326,6 +299,7 @@ TEST_CASE("hidden skip: an inf on the last of 3 devices skips the step on all, t
   mo.loss_scaling = true;
   mo.scaler.initial_scale = 8.0f;
   CountingRing exchange(s.devices);
+  exchange.poison_element = 1234;
   mixed::MixedTrainer trainer(s.devices, mo, 30, lenet::init_params(29, 0.1f), exchange);
   CHECK(trainer.step(s.data, 0, 30, 0.3f));
   const lenet::HostParams after_one = trainer.master_params();
