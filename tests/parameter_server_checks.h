@@ -113,4 +113,23 @@ inline EpochRun run_steps(int s, int k, const ps::Settings& settings, const mgpu
   return out;
 }
 
+// BSP on s shards and k workers, worker `straggler` slowed 3 times, `steps` steps of `batch`
+// random images (drawn from `seed`): every worker does the same work, and every other worker
+// spends most of the straggler's extra time waiting at the barrier.
+inline void check_bsp_waits_for_straggler(int s, int k, int straggler, int batch, int steps, std::uint64_t seed) {
+  mgpu::Rng rng(seed);
+  const mgpu::LabeledImages set = random_set(batch * steps, rng);
+  ps::Settings settings;
+  settings.straggler = straggler;
+  settings.slowdown = 3;
+  const EpochRun r = run_steps(s, k, settings, set, batch, steps, 0.1f);
+  for (const ps::WorkerStats& w : r.stats) CHECK(w.items == steps);
+  REQUIRE(r.stats[straggler].straggler_sleep_s > 0);
+  for (int i = 0; i < k; ++i) {
+    if (i == straggler) continue;
+    CAPTURE(i);
+    CHECK(r.stats[i].clock_wait_s > 0.5 * r.stats[straggler].straggler_sleep_s);  // waited at the barrier
+  }
+}
+
 }  // namespace testing

@@ -22,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ps::Mode;
+using testing::check_bsp_waits_for_straggler;
 using testing::EpochRun;
 using testing::flat_of;
 using testing::returns_within;
@@ -304,18 +305,7 @@ TEST_CASE("ssp: no push is staler than (k-1)(2s+1), and with a straggler the oth
 }
 
 TEST_CASE("bsp with a straggler: everyone does the same work, and every step waits for the slow worker") {
-  mgpu::Rng rng(14);
-  const int batch = 12, steps = 6, k = 3;
-  const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
-  ps::Settings settings;
-  settings.straggler = 1;
-  settings.slowdown = 3;
-  const EpochRun r = run_steps(1, k, settings, set, batch, steps, 0.1f);
-  for (const ps::WorkerStats& w : r.stats) CHECK(w.items == steps);
-  CHECK(r.stats[1].straggler_sleep_s > 0);
-  // The others spent most of the straggler's extra time waiting at the barrier.
-  CHECK(r.stats[0].clock_wait_s > 0.5 * r.stats[1].straggler_sleep_s);
-  CHECK(r.stats[2].clock_wait_s > 0.5 * r.stats[1].straggler_sleep_s);
+  check_bsp_waits_for_straggler(/*shards=*/1, /*workers=*/3, /*straggler=*/1, /*batch=*/12, /*steps=*/6, /*seed=*/14);
 }
 
 }  // namespace

@@ -274,19 +274,8 @@ TEST_CASE("hidden pull: 2 and 4 shards, 3 workers: every slice exact, with versi
 }
 
 TEST_CASE("hidden straggler: BSP with 4 workers and the last one slow: the same work each, every step waits for it") {
-  mgpu::Rng rng(84);
-  const int batch = 16, steps = 5, k = 4;
-  const mgpu::LabeledImages set = testing::random_set(batch * steps, rng);
-  ps::Settings settings;
-  settings.straggler = 3;
-  settings.slowdown = 3;
-  const testing::EpochRun r = testing::run_steps(2, k, settings, set, batch, steps, 0.1f);
-  for (const ps::WorkerStats& w : r.stats) CHECK(w.items == steps);
-  REQUIRE(r.stats[3].straggler_sleep_s > 0);
-  for (int i = 0; i < 3; ++i) {
-    CAPTURE(i);
-    CHECK(r.stats[i].clock_wait_s > 0.5 * r.stats[3].straggler_sleep_s);  // waited at the barrier
-  }
+  testing::check_bsp_waits_for_straggler(/*shards=*/2, /*workers=*/4, /*straggler=*/3, /*batch=*/16, /*steps=*/5,
+                                         /*seed=*/84);
 }
 
 TEST_CASE("hidden bsp: 4 workers and 3 shards train as chapter 02 does, with another batch") {
