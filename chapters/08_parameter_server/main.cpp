@@ -118,8 +118,10 @@ void write_push_files(const std::string& run, const mgpu::Options& o, const ps::
   const std::string csv = out_file(o, run + "_staleness.csv").string();
   std::ostringstream hist;
   hist << "epoch,staleness,pushes\n";
+  std::size_t stalest = 0;  // the whole run's histogram's length: stalenesses 0 .. stalest - 1
   for (int e = 0; e <= o.epochs; ++e) {  // epoch 0: the whole run
     const std::vector<std::int64_t> h = ps::staleness_histogram(r.records, e);
+    if (e == 0) stalest = h.size();
     for (std::size_t s = 0; s < h.size(); ++s) hist << e << ',' << s << ',' << h[s] << '\n';
   }
   mgpu::write_whole_file(out_file(o, run + "_pushes.csv").string(), pushes.str());
@@ -127,7 +129,6 @@ void write_push_files(const std::string& run, const mgpu::Options& o, const ps::
   mgpu::write_whole_file(csv, hist.str());
   // The axes from 0, every staleness that occurred on the x-axis: a run whose pushes all had one
   // staleness (BSP's 0) is one bar on a readable axis, not an axis of one value gnuplot warns about.
-  const std::size_t stalest = ps::staleness_histogram(r.records, 0).size();  // 0 .. stalest - 1
   const std::string png = out_file(o, run + "_staleness.png").string();
   if (mgpu::run_gnuplot(png, "set title '" + run + ": staleness of the pushes (all epochs)'\n"
                              "set xlabel 'staleness (updates between pull and push)'\nset ylabel 'pushes'\n"

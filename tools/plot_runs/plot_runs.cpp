@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
 
   const fs::path png(out);
   if (png.extension() != ".png") mgpu::refuse_command_line(program, "--out " + out + ": the picture's name must end in .png");
+  // Its files are the name with _N.csv and .gp, written through a temporary ".<pid>.tmp": the
+  // same bound as a run's name (common/cli.h), so that none fails for its length half way.
+  if (png.stem().string().size() > mgpu::kMaxRunName)
+    mgpu::refuse_command_line(program, "--out " + out + ": a picture's name of " + std::to_string(png.stem().string().size()) +
+                                           " characters; at most " + std::to_string(mgpu::kMaxRunName));
   const fs::path folder = png.has_parent_path() ? png.parent_path() : fs::path(".");
   // Each run: its CSV read and checked, its label.
   std::vector<std::pair<std::string, std::string>> runs;  // label, the copy beside the picture
