@@ -158,7 +158,8 @@ run_test() {
   hole=$(grep -o 'exercise ex[0-9][0-9]\.[a-z0-9_]* is not done yet' "$log" | head -n 1)
   if grep -q '\*\*\*Skipped' "$log"; then
     outcome=skipped
-    why=$(grep -o 'needs the cuda build with NCCL\|no GPU answers\|needs [0-9]* GPUs, [0-9]* answer' "$log" | head -n 1)
+    why=$(grep -o 'not run in this build: [^"]*\|no GPU answers\|needs [0-9]* GPUs, [0-9]* answer' "$log" | head -n 1)
+    why=${why#not run in this build: }
     why=${why:-see $log}
   elif [ "$status" -eq 0 ]; then
     outcome=passed why=""
