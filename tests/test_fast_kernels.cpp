@@ -57,6 +57,12 @@ std::vector<ConvCase> conv_cases() {
       {{3, 2, 9, 6}, {3, 2, 2, 2, 1}},   // an even kernel with padding: windows past the edge
       {{4, 3, 5, 6}, {4, 2, 3, 1, 1}},   // fewer output channels than input ones
       {{2, 2, 4, 3}, {2, 3, 1, 1, 0}},   // 1x1, stride 1: the unfolding is a copy
+      // For the cpu build's panels (tiled_conv.cu's PanelConv): K = 576, two chunks of k; 19
+      // output channels, register blocks and a remainder; a 7x7 kernel's wide shifts; a 13x13
+      // kernel, beyond the panels' largest, which takes the GEMM instead.
+      {{64, 2, 4, 4}, {64, 19, 3, 1, 1}},
+      {{3, 2, 9, 8}, {3, 5, 7, 1, 3}},
+      {{2, 1, 3, 3}, {2, 3, 13, 1, 6}},
   };
 }
 
@@ -540,6 +546,11 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   CHECK(plan.dcol_floats == plan.tile_floats);
   CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + 2 * plan.partial_floats);
   // Stride 2: dcol and col2im, as chapter 09; twice the channels out: dz's unfolding is the larger.
+  // The cpu build multiplies the shifted convolutions in panels, up to 11x11; a cuda build never.
+  CHECK(fast::multiplies_in_panels(xs, c) == !mgpu::kCudaBackend);
+  CHECK(fast::multiplies_in_panels({16, 4, 9, 9}, {16, 8, 11, 1, 5}) == !mgpu::kCudaBackend);
+  CHECK_FALSE(fast::multiplies_in_panels({16, 4, 13, 13}, {16, 8, 13, 1, 6}));
+  CHECK_FALSE(fast::multiplies_in_panels(xs, {16, 32, 3, 2, 1}));
   const fast::TilePlan halving = fast::plan_tiles(2, xs, {16, 32, 3, 2, 1});
   CHECK_FALSE(halving.dx_by_convolution);
   CHECK(halving.dcol_floats == halving.tile_floats);
@@ -604,7 +615,7 @@ TEST_CASE("tiled convolution: im2col_shifted_images is chapter 09's im2col_image
     CHECK_THROWS_WITH_AS(fast::im2col_shifted_images(dev.d, any.data(), xs, cc.c, 3, 2, any.data()),
                          doctest::Contains("im2col_shifted_images: images 3..4 of a batch of 4"), mgpu::Error);
   }
-  CHECK(compared == 5 * 10);  // five convolutions qualify, ten slices of four images each
+  CHECK(compared == 8 * 10);  // eight convolutions qualify, ten slices of four images each
 }
 
 TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_forward and conv2d_backward") {

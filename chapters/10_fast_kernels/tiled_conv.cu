@@ -4,6 +4,7 @@
 #include "tiled_conv.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "common/gemm.h"
@@ -110,10 +111,192 @@ struct Im2colShifted {
 };
 
 }  // namespace
+#if !MGPU_CUDA
+namespace {
+// --- The CPU's kernel for the shifted convolutions: the unfolding packed straight into
+// registers' reach (step 6 of the README's CPU lesson)
+//
+// The shifted copy (above) writes a col tile into the cache, and then OpenBLAS copies it again,
+// into the panel layout its kernel reads (`sgemm_itcopy`), and zeroes z's block before adding
+// into it (`sgemm_beta`): three passes over data that one pass can make. PanelConv makes, for
+// kPanel output pixels at a time, the panel [K][kPanel] of their unfolded inputs, straight from
+// x (the same shifted reads, masked where the window leaves the image), in the layout the
+// multiply reads; then kRows output channels at a time hold their kPanel sums in vector
+// registers while k runs over the panel: per k, two loads of the panel and kRows broadcasts of W
+// feed 2 * kRows vector multiply-adds. The panel is kChunk rows of k at most (kChunk * kPanel
+// floats: 64 KB with AVX-512, in L2) so that it sits on the thread's stack; a longer K is done chunk by chunk, z holding the partial sums in between. z starts
+// from the bias: no zeroing pass, no bias pass.
+//
+// GCC's and Clang's vector extension: vf is one vector register of floats, as wide as the
+// machine's (-march=native: 16 floats with AVX-512, 8 with AVX2, 4 with SSE or NEON). A panel is
+// two of them a row, and a register block kRows rows: 2 * kRows accumulators, 16 of AVX-512's 32
+// registers, 12 of AVX2's 16 (the panel's two vectors and a broadcast take three more).
+#if defined(__AVX512F__)
+constexpr int kLanes = 16, kRows = 8;
+#elif defined(__AVX__)
+constexpr int kLanes = 8, kRows = 6;
+#else
+constexpr int kLanes = 4, kRows = 6;
+#endif
+typedef float vf __attribute__((vector_size(4 * kLanes)));
+typedef std::int32_t vi __attribute__((vector_size(4 * kLanes)));
+constexpr int kVectors = 2;                 // vectors a panel row
+constexpr int kPanel = kVectors * kLanes;   // output pixels a panel: 32, 16 or 8
+constexpr int kChunk = 512;                 // rows of k a panel holds at most
+constexpr int kMaxPanelKernel = 11;         // the largest k x k kernel PanelConv takes (its masks' arrays)
+
+inline vf load_vector(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_vector(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+
+// z[r][j] (+)= sum over k of W[r][k] * panel[k][j], for r < R (one register block) and the first
+// `width` of the panel's kPanel columns; z starts from `init` (the bias, or null for 0) unless
+// `accumulate` (a later chunk of k: z holds the sums so far).
+template <int R>
+void multiply_panel(const float* panel, int K, const float* W, int ldw, const float* init, bool accumulate, float* z,
+                    std::int64_t ldz, int width) {
+  vf acc[R][kVectors];
+  float partial[R][kPanel];  // a last, narrower panel goes through here
+  for (int r = 0; r < R; ++r) {
+    if (accumulate && width < kPanel)
+      for (int j = 0; j < kPanel; ++j) partial[r][j] = j < width ? z[r * ldz + j] : 0.0f;
+    for (int v = 0; v < kVectors; ++v) {
+      if (accumulate)
+        acc[r][v] = load_vector((width < kPanel ? partial[r] : z + r * ldz) + kLanes * v);
+      else
+        acc[r][v] = vf{} + (init ? init[r] : 0.0f);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    vf in[kVectors];
+    for (int v = 0; v < kVectors; ++v) {
+      in[v] = load_vector(panel + k * kPanel + kLanes * v);
+#if defined(__x86_64__)
+      // Into a register, once: left alone, GCC reads it again from the panel in each of the
+      // kRows multiply-adds (a memory operand), and the loads, not the multiply-adds, set the
+      // pace. (An empty asm that "changes" the register: the compiler must keep it there.)
+      __asm__("" : "+x"(in[v]));
+#endif
+    }
+    for (int r = 0; r < R; ++r) {
+      const float w = W[r * ldw + k];
+      for (int v = 0; v < kVectors; ++v) acc[r][v] += w * in[v];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (width == kPanel) {
+      for (int v = 0; v < kVectors; ++v) store_vector(z + r * ldz + kLanes * v, acc[r][v]);
+    } else {
+      for (int v = 0; v < kVectors; ++v) store_vector(partial[r] + kLanes * v, acc[r][v]);
+      for (int j = 0; j < width; ++j) z[r * ldz + j] = partial[r][j];
+    }
+  }
+}
+
+// Item: one panel of kPanel output pixels e = e0.. of a tile's count images ([count][H][W],
+// e0 = item * kPanel), for every output channel: z[co][e] = b[co] + sum over k of W[co][k] *
+// unfold(x)[k][e], k = (ci, ky, kx), for a stride-1 convolution whose output is as large as its
+// input (unfolds_by_shifting). unfold(x)[k][e] is x's plane of channel ci read at e + dy*W + dx
+// (dy = ky - p, dx = kx - p), or 0 where that pixel is not (oy + dy, ox + dx) of e's own image:
+// Im2colShifted's row k, at e.
+struct PanelConv {
+  const float* x;  // [Cin][B][H][W]
+  const float* W;  // [Cout][K]
+  const float* b;  // [Cout], or null: no bias
+  float* z;        // the tile's first output column: z[co * ldz + e]
+  std::int64_t ldz;
+  int B, first, count, H, Wd, Cin, Cout, k, p;
+  void operator()(std::int64_t item) const {
+    const int kk = k * k, K = Cin * kk, n = count * H * Wd, e0 = int(item) * kPanel;
+    const int width = std::min(kPanel, n - e0);
+    // Which of the panel's pixels each shift of a row, and of a column, keeps inside the image:
+    // row_ok[ky][j] (0 <= oy + ky - p < H), col_ok[kx][j]; all bits set or none, for an AND.
+    std::int32_t row_ok[kMaxPanelKernel][kPanel], col_ok[kMaxPanelKernel][kPanel];
+    for (int j = 0; j < kPanel; ++j) {
+      const int e = e0 + j, oy = e % (H * Wd) / Wd, ox = e % Wd;
+      for (int t = 0; t < k; ++t) {
+        row_ok[t][j] = j < width && oy + t - p >= 0 && oy + t - p < H ? -1 : 0;
+        col_ok[t][j] = j < width && ox + t - p >= 0 && ox + t - p < Wd ? -1 : 0;
+      }
+    }
+    const std::int64_t x_floats = std::int64_t(Cin) * B * H * Wd;
+    alignas(64) float panel[kChunk * kPanel];
+    for (int k0 = 0; k0 < K; k0 += kChunk) {
+      const int rows = std::min(kChunk, K - k0);
+      // 1. The panel: rows k0.. of the unfolding, at this panel's pixels.
+      for (int r = 0; r < rows; ++r) {
+        const int kr = k0 + r, ci = kr / kk, ky = kr / k % k, kx = kr % k;
+        const std::int64_t at = (std::int64_t(ci) * B + first) * H * Wd + e0 + (ky - p) * Wd + (kx - p);
+        float* dst = panel + r * kPanel;
+        if (at >= 0 && at + kPanel <= x_floats) {  // the usual case: one masked copy
+          const float* src = x + at;
+          for (int v = 0; v < kVectors; ++v) {
+            vi ok_row, ok_col;
+            std::memcpy(&ok_row, row_ok[ky] + kLanes * v, sizeof ok_row);
+            std::memcpy(&ok_col, col_ok[kx] + kLanes * v, sizeof ok_col);
+            store_vector(dst + kLanes * v, (vf)((vi)load_vector(src + kLanes * v) & ok_row & ok_col));
+          }
+        } else {  // at x's very start or end: read only what the window keeps
+          for (int j = 0; j < kPanel; ++j) dst[j] = row_ok[ky][j] & col_ok[kx][j] ? x[at + j] : 0.0f;
+        }
+      }
+      // 2. Every output channel, kRows at a time, against the panel.
+      const bool accumulate = k0 > 0;
+      const float* init = accumulate ? nullptr : b;
+      for (int co = 0; co < Cout; co += kRows) {
+        const float* Wr = W + std::int64_t(co) * K + k0;
+        const float* ir = init ? init + co : nullptr;
+        float* zr = z + co * ldz + e0;
+        switch (std::min(kRows, Cout - co)) {
+          case 8: multiply_panel<8>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 7: multiply_panel<7>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 6: multiply_panel<6>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 5: multiply_panel<5>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 4: multiply_panel<4>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 3: multiply_panel<3>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 2: multiply_panel<2>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          default: multiply_panel<1>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+        }
+      }
+    }
+  }
+};
+}  // namespace
+#endif
 
 bool unfolds_by_shifting(ImageShape xs, ConvShape c) {
   return c.stride == 1 && 2 * c.padding == c.kernel - 1 && xs.height > 0 && xs.width > 0;
 }
+
+bool multiplies_in_panels(ImageShape xs, ConvShape c) {
+#if MGPU_CUDA
+  (void)xs, (void)c;
+  return false;
+#else
+  return unfolds_by_shifting(xs, c) && c.kernel <= kMaxPanelKernel;
+#endif
+}
+
+namespace {
+// z's columns of images [first, first + count) (a block of z [Cout][B*H*W], row length ldz) =
+// W x + b, the convolution of x [Cin][B][H][W] that multiplies_in_panels; b may be null.
+void panel_conv_images(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                       int first, int count, float* z, i64 ldz) {
+#if MGPU_CUDA
+  (void)d, (void)x, (void)xs, (void)c, (void)W, (void)b, (void)first, (void)count, (void)z, (void)ldz;
+  throw mgpu::Error("panel_conv_images: a CPU kernel, not in a cuda build");
+#else
+  const i64 pixels = i64(count) * xs.height * xs.width;
+  mgpu::for_each_index(d, ceil_div(int(pixels), kPanel),
+                       PanelConv{x, W, b, z, ldz, xs.batch, first, count, xs.height, xs.width, c.in_channels,
+                                 c.out_channels, c.kernel, c.padding},
+                       sizeof(float) * double(pixels) * (c.in_channels + c.out_channels));
+#endif
+}
+}  // namespace
 
 void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count,
                            float* col) {
@@ -187,6 +370,12 @@ void tiled_conv_forward(const Device& d, const TilePlan& plan, const float* x, I
                         const float* W, const float* b, nn::ConvScratch scratch, float* z) {
   check_plan(d, plan, xs, c, scratch, "tiled_conv_forward");
   const ConvSizes s = sizes_of(xs, c);
+  if (multiplies_in_panels(xs, c)) {  // the CPU's kernel: no col, z starts from the bias
+    for_each_tile(d, plan, xs.batch, [&](int, int first, int count) {
+      panel_conv_images(d, x, xs, c, W, b, first, count, z + i64(first) * s.Q, s.P);
+    });
+    return;
+  }
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
     // [K][count*Q]: this tile's unfolded images
     float* col = scratch.data + lane * (plan.tile_floats + plan.dcol_floats);
@@ -225,7 +414,12 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
       // dx's columns of these images = W flipped, convolved with dz's (same padding: 2p = k - 1)
       //   [Cin x columns] = [Cin x Cout*k*k][Cout*k*k x columns], in dx [Cin][B*H*W]
       const ImageShape zs = nn::conv_output_shape(xs, c);
-      im2col_shifted_images(d, dz, zs, {c.out_channels, c.in_channels, c.kernel, 1, c.padding}, first, count, second);
+      const ConvShape flipped_conv{c.out_channels, c.in_channels, c.kernel, 1, c.padding};
+      if (multiplies_in_panels(zs, flipped_conv)) {  // the CPU's kernel, as the forward pass's
+        panel_conv_images(d, dz, zs, flipped_conv, flipped, nullptr, first, count, dx + i64(first) * s.Q, s.P);
+        return;
+      }
+      im2col_shifted_images(d, dz, zs, flipped_conv, first, count, second);
       gemm(d, Transpose::No, Transpose::No, c.in_channels, columns, c.out_channels * kk, 1.0f, flipped,
            c.out_channels * kk, second, columns, 0.0f, dx + i64(first) * s.Q, s.P);
       return;

@@ -91,6 +91,11 @@ TilePlan plan_tiles(const Device& d, ImageShape xs, ConvShape c);
 // works row by row of each image (28, 14, 7 or 4 floats at a time), and that per-row work, not
 // the bytes, was what it spent its time on. Other convolutions are refused (mgpu::Error).
 bool unfolds_by_shifting(ImageShape xs, ConvShape c);  // stride 1 and 2 * padding == kernel - 1
+// Whether the cpu build multiplies such a convolution in panels (tiled_conv.cu's PanelConv: the
+// unfolding packed a few pixels at a time straight into the multiply's reach, never a col tile)
+// rather than unfolding a col tile for a GEMM: a shifted convolution with k <= 11. Never in a
+// cuda build (its tiles go to cuBLAS).
+bool multiplies_in_panels(ImageShape xs, ConvShape c);
 void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count,
                            float* col);
 
