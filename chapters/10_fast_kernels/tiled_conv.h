@@ -10,25 +10,30 @@
 // a core's 1 MB L2 cache, so the same unfolding costs cache bandwidth only. Same arithmetic, same
 // layout ([C][B][H][W] activations, chapter 09's), a hundred times less scratch.
 //
-// Two more steps, for the convolutions whose output is as large as their input (stride 1,
+// Three more steps, for the convolutions whose output is as large as their input (stride 1,
 // 2p = k - 1: all 3x3 ones of ResNet-18 but the three that halve the image):
 //   - the unfolding is one shifted copy per row of col (im2col_shifted_images, below) instead
 //     of chapter 09's row-by-row functor;
 //   - the input gradient is itself such a convolution: dx = (W flipped) convolved with dz, so
 //     dz's tile is unfolded the same way and ONE GEMM writes dx's columns, [Cin x Cout*k*k] x
 //     [Cout*k*k x columns]. Chapter 09's way, dcol = W^T dz then col2im, writes a dcol as large
-//     as col and reads it back to add nine shifted copies of it together, row by row.
+//     as col and reads it back to add nine shifted copies of it together, row by row;
+//   - on a CPU, both products (z = W x and dx = W flipped dz) skip col and the GEMM: a few
+//     pixels' unfolding is packed straight into a small panel that the multiply reads from the
+//     cache, with a block of outputs held in vector registers (multiplies_in_panels, below).
 //
 // How the work is shared. Each tile is a slice of whole images [first, first + count). A device's
 // lanes (common/parallel.h: on a CPU, one OpenMP thread each) take the tiles in turn, lane l the
 // tiles l, l + lanes, ...; inside a lane the GEMM runs single-threaded, on that core's tile.
 //   forward   per tile: unfold -> col tile [K][count*Ho*Wo] -> z's columns of those images =
-//             W col (a block of z: row length B*Ho*Wo); then z += b once
+//             W col (a block of z: row length B*Ho*Wo); then z += b once (in panels: the
+//             tile's pixels a panel at a time, each z block starting from b)
 //   backward  per tile: unfold again; dW += dz_tile col^T (lane 0 into dW, lane l > 0 into its
 //             own partial, added in at the end: two lanes never write one array); then dx's
 //             columns of those images (whole images: no two lanes write one plane of dx):
 //               stride 1, same size: dz_tile unfolded [Cout*k*k][count*Ho*Wo], and
-//                                    dx_tile = W flipped [Cin x Cout*k*k] times that
+//                                    dx_tile = W flipped [Cin x Cout*k*k] times that (in
+//                                    panels: dz's panels times W flipped, no unfolded tile)
 //               otherwise:           dcol tile = W^T dz_tile, folded back by col2im_images;
 //             then db += dz ones once
 // The sums of dW are taken tile by tile, and dx's (stride 1) in the order of the flipped
