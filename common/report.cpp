@@ -429,18 +429,39 @@ namespace {
 
 // Runs `gnuplot <script>` in `folder`: fork, change to the folder, exec. No shell is involved,
 // so nothing in the folder's name is ever interpreted. Returns gnuplot's exit status, or 127
-// when it could not be started (not installed).
-int run_gnuplot_in(const fs::path& folder, const std::string& script) {
+// when it could not be started (not installed); what gnuplot wrote to its stderr goes into
+// `remarks` (its warnings, or the reason it failed), not onto the user's terminal.
+int run_gnuplot_in(const fs::path& folder, const std::string& script, std::string& remarks) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw Error(std::string("cannot start gnuplot: pipe: ") + std::strerror(errno));
   std::fflush(stdout);  // the child must not print what the parent has buffered
   std::fflush(stderr);
   const pid_t child = fork();
-  if (child < 0) throw Error(std::string("cannot start gnuplot: fork: ") + std::strerror(errno));
+  if (child < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    throw Error(std::string("cannot start gnuplot: fork: ") + std::strerror(errno));
+  }
   if (child == 0) {  // only async-signal-safe calls from here to exec
+    close(pipe_fds[0]);
+    if (dup2(pipe_fds[1], STDERR_FILENO) < 0) _exit(126);
+    close(pipe_fds[1]);
     const std::string where = folder.empty() ? "." : folder.string();
     if (chdir(where.c_str()) != 0) _exit(126);
     execlp("gnuplot", "gnuplot", script.c_str(), static_cast<char*>(nullptr));
     _exit(127);  // exec failed: gnuplot is not on the PATH
   }
+  close(pipe_fds[1]);
+  char buffer[4096];
+  for (;;) {  // until gnuplot closes its end (it exits)
+    const ssize_t got = read(pipe_fds[0], buffer, sizeof buffer);
+    if (got > 0) {
+      remarks.append(buffer, std::size_t(got));
+    } else if (got == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(pipe_fds[0]);
   int status = 0;
   while (waitpid(child, &status, 0) < 0)
     if (errno != EINTR) throw Error(std::string("waiting for gnuplot: ") + std::strerror(errno));
@@ -457,14 +478,17 @@ bool run_gnuplot(const std::string& png_path, const std::string& commands) {
                        "set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript\n" +
                        "set output " + gnuplot_file(png_path, png_path) + "\n" + "set datafile separator ','\n" +
                        commands);
-  const int status = run_gnuplot_in(script_path.parent_path(), script_path.filename().string());
+  // gnuplot's remarks are shown only when it fails: a warning about, say, a long title in the
+  // key says nothing about the run, and the picture is drawn all the same.
+  std::string remarks;
+  const int status = run_gnuplot_in(script_path.parent_path(), script_path.filename().string(), remarks);
   if (status == 127) {
     std::fprintf(stderr, "warning: gnuplot not found (apt-get install gnuplot-nox): no plot, the CSV has the numbers\n");
     return false;
   }
   if (status != 0) {
-    std::fprintf(stderr, "warning: gnuplot failed (exit status %d) on %s: no plot, the CSV has the numbers\n", status,
-                 script_path.string().c_str());
+    std::fprintf(stderr, "warning: gnuplot failed (exit status %d) on %s: no plot, the CSV has the numbers\n%s", status,
+                 script_path.string().c_str(), remarks.c_str());
     return false;
   }
   return true;

@@ -300,11 +300,37 @@ TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, a
     CHECK(drew_one);
     CHECK(drew_both);
     CHECK(fs::file_size(one) > 0);
-    CHECK(warnings.empty());  // gnuplot said nothing: no "empty x range" for the run of one epoch
+    CHECK(warnings.empty());  // nothing on the terminal (gnuplot's remarks only show when it fails)
   } else {
     CHECK_FALSE(drew_one);  // and the warning says gnuplot is missing
     CHECK(warnings.find("gnuplot not found") != std::string::npos);
   }
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("run_gnuplot: gnuplot's warnings stay off the terminal when the picture is drawn; its reason is shown when it fails") {
+  if (!gnuplot_installed()) {
+    MESSAGE("gnuplot is not installed: nothing to check");
+    return;
+  }
+  const fs::path out = fresh_folder("gnuplot_remarks");
+  write_text(out / "flat.csv", "x,y\n1,2\n");
+  bool drew = false, failed_drew = true;
+  // An x range of one value: gnuplot warns ("empty x range") and draws all the same.
+  const std::string quiet = output_of(2, [&] {
+    drew = mgpu::run_gnuplot((out / "flat.png").string(), "plot 'flat.csv' using 1:2 with points\n");
+  });
+  CHECK(drew);
+  CHECK(fs::file_size(out / "flat.png") > 0);
+  CHECK(quiet.empty());
+  // A script gnuplot cannot run: the warning names the script and carries gnuplot's own words.
+  const std::string loud = output_of(2, [&] {
+    failed_drew = mgpu::run_gnuplot((out / "bad.png").string(), "plott 'flat.csv'\n");
+  });
+  CHECK_FALSE(failed_drew);
+  CHECK(loud.find("warning: gnuplot failed") != std::string::npos);
+  CHECK(loud.find("bad.gp") != std::string::npos);
+  CHECK(loud.find("invalid command") != std::string::npos);
   fs::remove_all(out.parent_path());
 }
 
