@@ -1,6 +1,7 @@
 # Chapter 05's checkpoints, end to end: a run of 3 epochs, and the same run stopped after 2 and
 # resumed from its checkpoint to 3, must print the same curve; a resume that leaves nothing to
-# train (--epochs at or below the checkpoint's) must be refused, every rank exiting with status 1.
+# train (--epochs at or below the checkpoint's), or that changes the computation (another
+# --warmup-epochs or --lr), must be refused, every rank exiting with status 1.
 #   cmake -DLAUNCH="<mpiexec -n 2 ...>" -DPROGRAM=<05_multi_process> -DOUT=<dir> -P resume_check.cmake
 # An empty LAUNCH (no mpiexec) prints "mpiexec not found", which the test reports as skipped.
 foreach(var LAUNCH PROGRAM OUT)
@@ -46,6 +47,24 @@ foreach(epochs 2 1)
   set(says "rank 0: error: [^\n]*run.ckpt: the checkpoint holds 2 finished epoch\\(s\\), and --epochs ${epochs} asks for no more")
   if(NOT status STREQUAL "1" OR NOT "${out}${err}" MATCHES "${says}")
     message(FATAL_ERROR "a resume with --epochs ${epochs} from 2 saved epochs should be refused (status 1, '${says}')")
+  endif()
+endforeach()
+
+# A resume that would change the computation is refused, naming the flag and both values exactly:
+# another warm-up (the learning rate of every step after it), a learning rate one float away.
+foreach(case "--warmup-epochs 1|--warmup-epochs 0, this run has --warmup-epochs 1"
+             "--lr 0.50000006|--lr 0.5, this run has --lr 0.50000006")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 flag_text)
+  list(GET parts 1 says)
+  separate_arguments(flags UNIX_COMMAND "${flag_text}")
+  execute_process(COMMAND ${launch} ${PROGRAM} ${recipe} --epochs 3 --resume ${OUT}/run.ckpt ${flags}
+                          --out ${OUT}/refused
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  message("--- resumed with ${flag_text}: exit status ${status}\n${out}${err}")
+  string(FIND "${out}${err}" "the checkpoint was written by a run with ${says}" at)
+  if(NOT status STREQUAL "1" OR at EQUAL -1)
+    message(FATAL_ERROR "a resume with ${flag_text} should be refused (status 1, '...${says}')")
   endif()
 endforeach()
 

@@ -53,6 +53,7 @@ mp::Checkpoint sample(int epochs) {
   c.batch_size = 256;
   c.lr = 0.2f;
   c.train_examples = 60000;
+  c.warmup_epochs = 3;
   for (int e = 1; e <= epochs; ++e) c.history.push_back({e, 2.0 / e, 0.1 * e, 0.09 * e, 5.5 + e});
   for (int i = 0; i < kParams; ++i) c.params.push_back(static_cast<float>(rng.normal()));
   return c;
@@ -87,6 +88,7 @@ TEST_CASE("what is written is read back exactly") {
     CHECK(back.batch_size == c.batch_size);
     CHECK(back.lr == c.lr);
     CHECK(back.train_examples == c.train_examples);
+    CHECK(back.warmup_epochs == c.warmup_epochs);
     CHECK(back.params == c.params);  // bit for bit
     REQUIRE(back.history.size() == c.history.size());
     for (std::size_t e = 0; e < c.history.size(); ++e) {
@@ -101,9 +103,9 @@ TEST_CASE("what is written is read back exactly") {
 
 TEST_CASE("the layout is the documented one, little-endian") {
   const std::string bytes = mp::encode_checkpoint(sample(2));
-  CHECK(bytes.size() == 44 + 36 * 2 + 4 * kParams + 4);  // header, 2 epochs, parameters, CRC
+  CHECK(bytes.size() == 48 + 36 * 2 + 4 * kParams + 4);  // header, 2 epochs, parameters, CRC
   CHECK(bytes.substr(0, 8) == "MGPUCKPT");
-  CHECK(bytes.substr(8, 4) == std::string("\x01\x00\x00\x00", 4));   // version 1
+  CHECK(bytes.substr(8, 4) == std::string("\x02\x00\x00\x00", 4));   // version 2
   CHECK(bytes.substr(12, 4) == std::string("\x02\x00\x00\x00", 4));  // 2 epochs done
   CHECK(bytes.substr(16, 8) == std::string("\xef\xcd\xab\x89\x67\x45\x23\x01", 8));  // the seed
   // The rest of the header, an epoch record, a parameter and the CRC, decoded here by hand from
@@ -129,14 +131,15 @@ TEST_CASE("the layout is the documented one, little-endian") {
   CHECK(u(24, 4) == 256u);                      // batch size
   CHECK(f32(28) == c.lr);                       // learning rate
   CHECK(u(32, 4) == 60000u);                    // training examples
-  CHECK(u(36, 8) == std::uint64_t(kParams));    // parameter count
-  const std::size_t epoch2 = 44 + 36;           // the second epoch's record
+  CHECK(u(36, 4) == 3u);                        // warm-up epochs
+  CHECK(u(40, 8) == std::uint64_t(kParams));    // parameter count
+  const std::size_t epoch2 = 48 + 36;           // the second epoch's record
   CHECK(u(epoch2, 4) == 2u);
   CHECK(f64(epoch2 + 4) == c.history[1].train_loss);
   CHECK(f64(epoch2 + 12) == c.history[1].train_acc);
   CHECK(f64(epoch2 + 20) == c.history[1].test_acc);
   CHECK(f64(epoch2 + 28) == c.history[1].seconds);
-  const std::size_t params = 44 + 36 * 2;
+  const std::size_t params = 48 + 36 * 2;
   CHECK(f32(params) == c.params[0]);
   CHECK(f32(params + 4 * (kParams - 1)) == c.params[kParams - 1]);
   const std::size_t crc_at = bytes.size() - 4;
@@ -265,8 +268,8 @@ TEST_CASE("a truncated checkpoint is refused, wherever it was cut") {
   TempDir dir;
   const std::string bytes = mp::encode_checkpoint(sample(2));
   // Inside the magic, the header, the epoch records, the parameters, and the checksum.
-  for (std::size_t keep : {std::size_t(5), std::size_t(8), std::size_t(30), std::size_t(42), std::size_t(44 + 40),
-                           std::size_t(44 + 72 + 400), bytes.size() - 1}) {
+  for (std::size_t keep : {std::size_t(5), std::size_t(8), std::size_t(30), std::size_t(42), std::size_t(48 + 40),
+                           std::size_t(48 + 72 + 400), bytes.size() - 1}) {
     CAPTURE(keep);
     write_bytes(dir.file("cut.ckpt"), bytes.substr(0, keep));
     check_refused(dir.file("cut.ckpt"), "truncated");
@@ -278,7 +281,7 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
   const std::string good = mp::encode_checkpoint(sample(2));
   const std::string path = dir.file("bad.ckpt");
   // One flipped bit anywhere after the header: in an epoch record, a parameter, the checksum.
-  for (std::size_t at : {std::size_t(50), std::size_t(44 + 72), std::size_t(44 + 72 + 2000), good.size() - 1}) {
+  for (std::size_t at : {std::size_t(50), std::size_t(48 + 72), std::size_t(48 + 72 + 2000), good.size() - 1}) {
     CAPTURE(at);
     std::string bad = good;
     bad[at] ^= 0x10;
@@ -304,9 +307,9 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
   }
 
   std::string other_version = good;
-  other_version[8] = 2;
+  other_version[8] = 3;
   write_bytes(path, other_version);
-  check_refused(path, "format version 2, this program reads version 1");
+  check_refused(path, "format version 3, this program reads version 2");
 
   write_bytes(path, good);
   CHECK_THROWS_WITH_AS(mp::read_checkpoint(path, 129068),

@@ -21,7 +21,7 @@ namespace mp {
 namespace {
 
 constexpr char kMagic[8] = {'M', 'G', 'P', 'U', 'C', 'K', 'P', 'T'};
-constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 8 + 4 + 4 + 4 + 8;  // magic .. parameter count
+constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 8 + 4 + 4 + 4 + 4 + 8;  // magic .. parameter count
 constexpr std::size_t kRecordBytes = 4 + 4 * 8;                     // one finished epoch
 constexpr std::size_t kCrcBytes = 4;
 
@@ -258,6 +258,7 @@ Checkpoint read_header(Reader& r, const std::string& bytes, const std::string& p
   c.batch_size = r.i32("batch size");
   c.lr = r.f32("learning rate");
   c.train_examples = r.i32("training-set size");
+  c.warmup_epochs = r.i32("warm-up epochs");
   const std::int64_t params = r.i64("parameter count");
   if (params != expected_params)
     throw mgpu::Error(path + ": the checkpoint holds " + std::to_string(params) + " parameters, this model has " +
@@ -318,6 +319,7 @@ std::string encode_checkpoint(const Checkpoint& c) {
   w.i32(c.batch_size);
   w.f32(c.lr);
   w.i32(c.train_examples);
+  w.i32(c.warmup_epochs);
   w.i64(static_cast<std::int64_t>(c.params.size()));
   for (const mgpu::EpochRecord& r : c.history) {
     w.i32(r.epoch);

@@ -3,20 +3,21 @@
 // The state of this training run is small: the parameters (there is no optimizer state: plain
 // SGD), how many epochs are done, and the random state. The random state is the seed alone,
 // because every epoch's batch order is drawn afresh from (seed, epoch) (common/batches.h). The
-// file also records the recipe (batch size, learning rate, training-set size) so that a resumed
-// run can refuse to continue with another one, and the finished epochs' records, so that the
+// file also records the recipe (batch size, learning rate, warm-up epochs, training-set size) so
+// that a resumed run can refuse to continue with another one, and the finished epochs' records, so that the
 // resumed run's CSV and plot hold the whole curve.
 //
 // The file, every number little-endian whatever the machine:
 //
 //   bytes  field
 //   8      magic "MGPUCKPT"
-//   4      u32  format version (1)
+//   4      u32  format version (2; version 1 had no warm-up field)
 //   4      i32  epochs done (E)
 //   8      u64  seed
 //   4      i32  batch size
 //   4      f32  learning rate
 //   4      i32  training examples
+//   4      i32  warm-up epochs (--warmup-epochs: the learning rate's ramp)
 //   8      i64  parameter count (P = 129,068 for LeNet)
 //   36 E   per finished epoch: i32 epoch, f64 train loss, f64 train acc, f64 test acc, f64 seconds
 //   4 P    f32  the parameters, in the Flat layout's order (W1 b1 W2 b2 W3 b3 W4 b4)
@@ -36,7 +37,7 @@
 
 namespace mp {
 
-inline constexpr std::uint32_t kCheckpointVersion = 1;
+inline constexpr std::uint32_t kCheckpointVersion = 2;
 
 struct Checkpoint {
   int epochs_done = 0;
@@ -44,6 +45,7 @@ struct Checkpoint {
   int batch_size = 0;
   float lr = 0;
   int train_examples = 0;
+  int warmup_epochs = 0;
   std::vector<mgpu::EpochRecord> history;  // one per finished epoch, epochs 1..epochs_done
   std::vector<float> params;               // the flat parameters
 };

@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -140,7 +141,21 @@ struct Start {
   std::optional<CheckpointLock> lock;  // rank 0, with --checkpoint: held until the run ends
 };
 
-// A resumed run must be the run that was saved: the same batch order and the same steps.
+// The shortest text that reads back as this very float: 0.2000001, not "0.200000".
+std::string exact(float v) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, v).ptr);
+}
+
+// A resumed run must be the run that was saved: the same batch order and the same steps. So
+// every setting that changes what a step computes is in the checkpoint and compared here: the
+// seed (the batch order and the initial weights), the batch size, the learning rate and its
+// warm-up, the training images. What may differ, as it changes no step's result: --epochs (the
+// run's new end, beyond the saved epochs), --devices (any number of processes: the batch is the
+// same, split otherwise), --collective and --overlap (how the same sum is taken; its rounding may
+// differ in the last bits, as with another number of processes), --eval, --profile-steps,
+// --checkpoint, --out, --run-name, --progress, --print-every, --data-dir (the data itself is
+// compared across ranks), and the --fail-* test flags.
 void check_same_recipe(const Checkpoint& ck, const Config& c, int train_examples) {
   auto refuse = [&](const std::string& flag, const std::string& saved, const std::string& now) {
     throw mgpu::Error(c.resume + ": the checkpoint was written by a run with " + flag + " " + saved +
@@ -149,7 +164,9 @@ void check_same_recipe(const Checkpoint& ck, const Config& c, int train_examples
   if (ck.seed != c.o.seed) refuse("--seed", std::to_string(ck.seed), std::to_string(c.o.seed));
   if (ck.batch_size != c.o.batch_size)
     refuse("--batch-size", std::to_string(ck.batch_size), std::to_string(c.o.batch_size));
-  if (ck.lr != c.o.lr) refuse("--lr", std::to_string(ck.lr), std::to_string(c.o.lr));
+  if (ck.lr != c.o.lr) refuse("--lr", exact(ck.lr), exact(c.o.lr));
+  if (ck.warmup_epochs != c.o.warmup_epochs)
+    refuse("--warmup-epochs", std::to_string(ck.warmup_epochs), std::to_string(c.o.warmup_epochs));
   if (ck.train_examples != train_examples)
     refuse("training images (--limit-train)", std::to_string(ck.train_examples), std::to_string(train_examples));
   // --epochs counts the whole run, the saved epochs included: it must leave something to train.
@@ -210,6 +227,7 @@ void save_checkpoint(const Config& c, int epochs_done, int train_examples, const
   ck.seed = c.o.seed;
   ck.batch_size = c.o.batch_size;
   ck.lr = c.o.lr;
+  ck.warmup_epochs = c.o.warmup_epochs;
   ck.train_examples = train_examples;
   ck.history = history;
   ck.params = flatten(s.params.download());
