@@ -287,7 +287,8 @@ add_plan_rows() {  # all|interrupted
 # shellcheck source=tools/gpu_check/report.sh
 source "$here/report.sh"  # write_report, verdict and the machine's facts
 
-# Ctrl-C (or a TERM) still leaves a report of what ran so far. (Functions end with `return 0`,
+# Ctrl-C (or a TERM, or a HUP when the terminal or the ssh session goes) still leaves a report
+# of what ran so far, and stops the step that runs, instead of leaving it orphaned. (Functions end with `return 0`,
 # never a bare `return`: run from a trap, that returns the interrupted wait's 130 or 143.)
 # shellcheck disable=SC2317  # (run by the trap)
 interrupted() {
@@ -310,7 +311,7 @@ if [[ "$mode" == gpu ]]; then
 else
   echo "$program_name: no GPU answers ($gpu_problem); --allow-no-gpu: running the cpu-side steps on $(command_text "$build_dir"). This is NOT a GPU validation."
 fi
-trap interrupted INT TERM
+trap interrupted INT TERM HUP
 find_torch
 if configure_and_build; then
   if selected ctest; then run_test_suite; fi
