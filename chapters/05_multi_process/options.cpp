@@ -48,8 +48,8 @@ struct App {
     app.add_option("--resume", c.resume, "continue the run saved in FILE, with any number of processes")
         ->check(mgpu::text("a file name"));
     app.add_option("--profile-steps", c.profile_steps,
-                   "after training, time N steps without overlap and N with it (0: skip)")
-        ->check(mgpu::integer(0))
+                   "after training, time N steps without overlap and N with it, 0 to 10000 (0: skip)")
+        ->check(mgpu::integer(0, 10000))
         ->capture_default_str();
     // Fault injection: rank R fails at step S (counted from 0 over the whole run), or with 'end' at
     // the end of the run, while rank 0 writes the results.

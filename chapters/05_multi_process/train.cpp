@@ -243,6 +243,14 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
   Start start = starting_point(w, c, data.train.count);
   RankState s(d, w, data, o, start.params);
   DistributedSampler sampler(data.train.count, o.batch_size, w.size, w.rank, o.seed);
+  // A fault that can never fire is refused before the first step, not ignored after the last:
+  // the steps are numbered from 0 over the whole run, and this run takes those of its epochs.
+  const long first_step = long(start.epochs_done) * sampler.steps(), end_step = long(o.epochs) * sampler.steps();
+  if (c.fault.rank >= 0 && !c.fault.at_end && (c.fault.step < first_step || c.fault.step >= end_step))
+    throw mgpu::Error("--fail-at-step " + std::to_string(c.fault.step) + " is not a step of this run: it takes steps " +
+                      std::to_string(first_step) + " to " + std::to_string(end_step - 1) + " (epochs " +
+                      std::to_string(start.epochs_done + 1) + " to " + std::to_string(o.epochs) + ", " +
+                      std::to_string(sampler.steps()) + " steps each)");
   RunResult result;
   result.history = start.history;
   if (log && start.epochs_done > 0) {
