@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,12 +136,16 @@ std::string read_whole(const fs::path& p) {
 
 }  // namespace
 
-void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings) {
-  // A name made from many settings can be long too: refused here, before any training, rather
-  // than when the run's last file is written.
+void check_run_name_length(const std::string& run) {
+  // A name made from many settings can be long too: refused before any training, rather than
+  // when the run's last file is written.
   if (run.size() > kMaxRunName)
     throw Error("the run's name, " + run + ", has " + std::to_string(run.size()) + " characters; at most " +
                 std::to_string(kMaxRunName) + " fit the files it names (give a shorter one with --run-name NAME)");
+}
+
+void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings) {
+  check_run_name_length(run);
   const fs::path folder(out), json_file = folder / (run + ".json");
   std::vector<std::string> there;  // the run's files already in the folder
   for (const char* extension : {".csv", ".json", ".png"})
@@ -220,11 +226,49 @@ void append_line(const std::string& path, const std::string& line) {
 
 }  // namespace
 
+ResultsLock::ResultsLock(const std::string& out, const std::string& run) {
+  const std::string lock = (fs::path(out) / (run + ".lock")).string();
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(lock + ": cannot open the results' lock: " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[32] = {};  // the process id the holder wrote
+    const ssize_t got = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (error != EWOULDBLOCK) throw Error(lock + ": cannot lock the results: " + std::strerror(error));
+    std::string who = got > 0 ? std::string(holder, std::size_t(got)) : "";
+    who.erase(std::remove(who.begin(), who.end(), '\n'), who.end());
+    throw Error(out + ": another run named " + run + (who.empty() ? "" : " (process " + who + ")") +
+                " is writing " + run + ".csv and .json there now (it holds " + lock +
+                "): wait for it to end, or give this run another --run-name or --out");
+  }
+  // The process id, for the message above: a courtesy, which the lock does not depend on.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  [[maybe_unused]] const bool noted = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) >= 0;
+}
+
+ResultsLock::~ResultsLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+}
+
+ResultsLock::ResultsLock(ResultsLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+ResultsLock& ResultsLock::operator=(ResultsLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
 TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& options, RunSettings settings,
                          int devices, int train_examples)
     : chapter_(std::move(chapter)), run_(std::move(run)), options_(options), settings_(std::move(settings)),
       devices_(devices), train_examples_(train_examples), started_(utc_now()) {
   prepare_output_folder(options_.out);
+  check_run_name_length(run_);
+  lock_ = ResultsLock(options_.out, run_);  // first: a run writing these files now is not "an earlier run"
   claim_run_files(options_.out, run_, settings_);
   // A plot of the earlier run would outlive this one if it stopped before drawing its own.
   std::error_code ignored;

@@ -56,6 +56,8 @@ std::string run_name(const std::string& chapter, const std::string& given, const
 // throws mgpu::Error saying which settings differ and what to do (another --run-name, or move
 // them away). A CSV or plot without a JSON that says its settings counts as another run's.
 void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings);
+// Throws mgpu::Error unless `run` is at most kMaxRunName characters (claim_run_files checks it too).
+void check_run_name_length(const std::string& run);
 
 // The commit the program was built from, `git describe --always --dirty` ("2cb88c7-dirty": with
 // changes not committed), read again at every build (cmake/Commit.cmake); "unknown" where the
@@ -86,13 +88,34 @@ void prepare_output_folder(const std::string& out);
 // (CSVs, plot scripts, dumps) is written this way.
 void write_whole_file(const std::string& path, const std::string& bytes);
 
+// One run at a time per results files. A run holds an flock on <out>/<run>.lock from its start
+// to its end (the system releases it when the process ends, however it ends; the small file
+// stays), with its process id written inside: a second run of the same name in the same folder
+// is refused at its start, naming the first, instead of both appending rows to one CSV and
+// rewriting one JSON. (Chapter 05's CheckpointLock is the same idea for a checkpoint.)
+class ResultsLock {
+ public:
+  ResultsLock() = default;  // holds nothing
+  // Throws mgpu::Error naming the files and the process that holds them, or why the lock could
+  // not be taken. out must exist.
+  ResultsLock(const std::string& out, const std::string& run);
+  ~ResultsLock();
+  ResultsLock(ResultsLock&& other) noexcept;
+  ResultsLock& operator=(ResultsLock&& other) noexcept;
+  ResultsLock(const ResultsLock&) = delete;
+  ResultsLock& operator=(const ResultsLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 class TrainingLog {
  public:
   // `run` names the files ("01_lenet", "02_data_parallel_k2": run_name); `chapter` goes on the
   // result line; `settings` go into the JSON and decide whether earlier files of that name may
   // be replaced. At once, before any training: checks that options.out can be written
-  // (prepare_output_folder), claims the run's files (claim_run_files), and writes the CSV's
-  // header and the JSON's settings.
+  // (prepare_output_folder), takes the run's ResultsLock, claims the run's files
+  // (claim_run_files), and writes the CSV's header and the JSON's settings.
   TrainingLog(std::string chapter, std::string run, const Options& options, RunSettings settings, int devices,
               int train_examples);
 
@@ -125,6 +148,7 @@ class TrainingLog {
  private:
   std::string chapter_, run_;
   Options options_;
+  ResultsLock lock_;  // held for the run's whole life
   RunSettings settings_;
   int devices_, train_examples_;
   std::string started_;  // when the run began, UTC, ISO 8601

@@ -308,6 +308,34 @@ TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, a
   fs::remove_all(out.parent_path());
 }
 
+TEST_CASE("ResultsLock: a second run of the same name in the same folder is refused at its start, naming the first") {
+  const fs::path out = fresh_folder("results_lock");
+  mgpu::Options o;
+  o.epochs = 2;
+  o.out = out.string();
+  {
+    mgpu::TrainingLog first("01_lenet", "shared", o, {}, 1, 1000);
+    first.end_epoch({1, 2.3, 0.1, 0.1, 4.0});
+    // A second log of that run while the first writes (a second program, as far as the lock
+    // can tell: another open file description): refused, with the first's process id, and
+    // before it writes anything.
+    const std::string csv_before = read_file(out / "shared.csv");
+    const std::string names_the_first =
+        "another run named shared (process " + std::to_string(::getpid()) + ") is writing shared.csv and .json there now";
+    CHECK_THROWS_WITH_AS(mgpu::TrainingLog("01_lenet", "shared", o, {}, 1, 1000),
+                         doctest::Contains(names_the_first.c_str()), mgpu::Error);
+    CHECK(read_file(out / "shared.csv") == csv_before);
+    // Another name in the same folder is another run's files: not held.
+    mgpu::TrainingLog other("01_lenet", "other", o, {}, 1, 1000);
+    first.end_epoch({2, 1.6, 0.4, 0.6, 2.0});
+    first.finish();
+  }
+  // Once the first has ended, the name is free: the next run replaces its files as before.
+  mgpu::TrainingLog again("01_lenet", "shared", o, {}, 1, 1000);
+  CHECK(fs::exists(out / "shared.lock"));
+  fs::remove_all(out.parent_path());
+}
+
 TEST_CASE("run_gnuplot: gnuplot's warnings stay off the terminal when the picture is drawn; its reason is shown when it fails") {
   if (!gnuplot_installed()) {
     MESSAGE("gnuplot is not installed: nothing to check");
