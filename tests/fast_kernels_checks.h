@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chapters/09_resnet/layers.h"
+#include "chapters/10_fast_kernels/kernels.h"  // ApplyArgs, apply_args
 #include "common/backend.h"
 #include "common/device.h"
 #include "common/random.h"
@@ -86,6 +87,25 @@ inline void check_host_apply(const std::vector<float>& got, const std::vector<fl
       if (!(std::abs(got[i] - want[i]) <= 0x1p-20f * std::max(1.0f, std::abs(want[i])))) ++bad;
     CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << got.size() << " elements beyond a rounding");
   }
+}
+
+// The four choices of BatchNorm's apply on `in` (with and without the residual, with and
+// without ReLU), each as f(want, y, a): want is chapter 09's result on device d, y an output of
+// in.z's size filled with 1e30 (an element the apply leaves alone shows), a the apply's
+// arguments, which write y.
+template <class F>
+void for_each_apply_choice(const mgpu::Device& d, const ApplyInputs& in, F f) {
+  for (const bool with_residual : {false, true})
+    for (const bool relu : {false, true}) {
+      CAPTURE(with_residual);
+      CAPTURE(relu);
+      const std::vector<float> want = reference_apply(d, in, with_residual, relu);
+      std::vector<float> y(in.z.size(), 1.0e30f);
+      const fast::ApplyArgs a = fast::apply_args(in.z.data(), in.C, in.n, in.stats.data(), in.gamma.data(),
+                                                 in.beta.data(), with_residual ? in.residual.data() : nullptr, relu,
+                                                 y.data());
+      f(want, y, a);
+    }
 }
 
 }  // namespace testing

@@ -361,26 +361,20 @@ TEST_CASE("element bodies: apply_element and apply_vec4 are nn::batch_norm_apply
     const int C = shape.first;
     const std::int64_t n = shape.second;
     const ApplyInputs in(C, n, rng);
-    for (const bool with_residual : {false, true})
-      for (const bool relu : {false, true}) {
-        CAPTURE(C);
-        CAPTURE(n);
-        CAPTURE(with_residual);
-        CAPTURE(relu);
-        const std::vector<float> want = reference_apply(dev.d, in, with_residual, relu);
-        std::vector<float> y(in.z.size(), 1.0e30f);
-        const fast::ApplyArgs a = fast::apply_args(in.z.data(), C, n, in.stats.data(), in.gamma.data(), in.beta.data(),
-                                                   with_residual ? in.residual.data() : nullptr, relu, y.data());
-        CHECK(a.vec4 == (n % 4 == 0));
-        for (int idx = 0; idx < C * n; ++idx) fast::apply_element(a, idx);  // the scalar path, always
-        check_host_apply(y, want, "apply_element");
-        if (n % 4 == 0) {  // the vectorised path
-          std::fill(y.begin(), y.end(), 1.0e30f);
-          REQUIRE(a.count == C * n / 4);
-          for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
-          check_host_apply(y, want, "apply_vec4");
-        }
+    CAPTURE(C);
+    CAPTURE(n);
+    for_each_apply_choice(dev.d, in, [&](const std::vector<float>& want, std::vector<float>& y,
+                                         const fast::ApplyArgs& a) {
+      CHECK(a.vec4 == (n % 4 == 0));
+      for (int idx = 0; idx < C * n; ++idx) fast::apply_element(a, idx);  // the scalar path, always
+      check_host_apply(y, want, "apply_element");
+      if (n % 4 == 0) {  // the vectorised path
+        std::fill(y.begin(), y.end(), 1.0e30f);
+        REQUIRE(a.count == C * n / 4);
+        for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
+        check_host_apply(y, want, "apply_vec4");
       }
+    });
   }
 }
 

@@ -80,20 +80,14 @@ TEST_CASE("hidden apply_vec4: rows of 4 values, 37 channels, values on ReLU's ki
     testing::ApplyInputs in(C, n, rng);
     in.beta.assign(C, 0.0f);
     for (int c = 0; c < C; ++c) in.z[std::size_t(c) * n] = in.stats[c];  // each row's first value: exactly 0 after the shift
-    for (const bool with_residual : {false, true})
-      for (const bool relu : {false, true}) {
-        CAPTURE(C);
-        CAPTURE(n);
-        CAPTURE(with_residual);
-        CAPTURE(relu);
-        const std::vector<float> want = testing::reference_apply(d, in, with_residual, relu);
-        std::vector<float> y(in.z.size(), 1.0e30f);
-        const fast::ApplyArgs a = fast::apply_args(in.z.data(), C, n, in.stats.data(), in.gamma.data(), in.beta.data(),
-                                                   with_residual ? in.residual.data() : nullptr, relu, y.data());
-        REQUIRE(a.vec4);
-        REQUIRE(a.count == C * n / 4);
-        for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
-        testing::check_host_apply(y, want, "apply_vec4");  // bit for bit on a CPU, a rounding on a GPU
-      }
+    CAPTURE(C);
+    CAPTURE(n);
+    testing::for_each_apply_choice(d, in, [&](const std::vector<float>& want, std::vector<float>& y,
+                                              const fast::ApplyArgs& a) {
+      REQUIRE(a.vec4);
+      REQUIRE(a.count == C * n / 4);
+      for (int q = 0; q < a.count; ++q) fast::apply_vec4(a, q);
+      testing::check_host_apply(y, want, "apply_vec4");  // bit for bit on a CPU, a rounding on a GPU
+    });
   }
 }
