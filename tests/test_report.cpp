@@ -50,11 +50,17 @@ std::string read_file(const fs::path& p) {
 
 void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
+// A run's options writing into `out`, of `epochs` epochs (d2l's 10 unless given).
+mgpu::Options options_into(const fs::path& out, int epochs = mgpu::Options{}.epochs) {
+  mgpu::Options o;
+  o.epochs = epochs;
+  o.out = out.string();
+  return o;
+}
+
 // Two epochs logged and finished into `out`.
 void finish_a_run(const fs::path& out) {
-  mgpu::Options o;
-  o.epochs = 2;
-  o.out = out.string();
+  mgpu::Options o = options_into(out, 2);
   mgpu::TrainingLog log("01_lenet", "report_test", o, {}, 1, 1000);
   log.end_epoch({1, 2.3, 0.1, 0.1, 4.0});
   log.end_epoch({2, 1.6, 0.4, 0.6, 2.0});
@@ -104,9 +110,7 @@ TEST_CASE("the CSV marks the first epoch as left out of sec_per_epoch, and the r
   CHECK(csv.find("\n1,2.3,0.1,0.1,4,0\n") != std::string::npos);
   CHECK(csv.find("\n2,1.6,0.4,0.6,2,1\n") != std::string::npos);
 
-  mgpu::Options o;
-  o.epochs = 2;
-  o.out = out.string();
+  mgpu::Options o = options_into(out, 2);
   mgpu::TrainingLog log("01_lenet", "timing", o, {}, 1, 1000);
   log.end_epoch({1, 2.3, 0.1, 0.1, 4.0});
   CHECK(log.seconds_per_epoch() == doctest::Approx(4.0));  // one epoch: it is all there is
@@ -124,8 +128,7 @@ namespace {
 
 TEST_CASE("a run whose training loss is not finite stops, after printing the epoch, naming --lr") {
   const fs::path out = fresh_folder("diverged");
-  mgpu::Options o;
-  o.out = out.string();
+  mgpu::Options o = options_into(out);
   o.lr = 5.0f;
   mgpu::TrainingLog log("01_lenet", "diverged", o, {}, 1, 1000);
   log.end_epoch({1, 2.3, 0.1, 0.1, 1.0});
@@ -176,9 +179,7 @@ TEST_CASE("write_whole_file: the whole new file or the old one, never a part, an
 
 TEST_CASE("a CSV row that cannot be written stops the run, naming the file; the rows before it stay") {
   const fs::path out = fresh_folder("full");
-  mgpu::Options o;
-  o.epochs = 10;
-  o.out = out.string();
+  mgpu::Options o = options_into(out, 10);
   mgpu::TrainingLog log("01_lenet", "report_test", o, {}, 1, 1000);
   log.end_epoch({1, 0.5, 0.8, 0.8, 1.0});
   const std::string before = read_file(out / "report_test.csv");
@@ -237,8 +238,7 @@ std::string stdout_of(F f) {
 
 TEST_CASE("--progress: on draws a live line and erases it; off draws nothing; auto, in a log, plain lines") {
   const fs::path out = fresh_folder("progress");
-  mgpu::Options o;
-  o.out = out.string();
+  mgpu::Options o = options_into(out);
   for (const auto p : {mgpu::Options::Progress::On, mgpu::Options::Progress::Off, mgpu::Options::Progress::Auto}) {
     o.progress = p;
     CAPTURE(static_cast<int>(p));
@@ -259,8 +259,7 @@ TEST_CASE("--progress: on draws a live line and erases it; off draws nothing; au
 
 TEST_CASE("--print-every N: in a log, a plain line every N batches, with the last epoch's rate and the time left") {
   const fs::path out = fresh_folder("print_every");
-  mgpu::Options o;
-  o.out = out.string();
+  mgpu::Options o = options_into(out);
   o.print_every = 4;
   mgpu::TrainingLog log("01_lenet", "print_every", o, {}, 1, 1000);
   const std::string text = stdout_of([&] {
@@ -310,9 +309,7 @@ TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, a
 
 TEST_CASE("ResultsLock: a second run of the same name in the same folder is refused at its start, naming the first") {
   const fs::path out = fresh_folder("results_lock");
-  mgpu::Options o;
-  o.epochs = 2;
-  o.out = out.string();
+  mgpu::Options o = options_into(out, 2);
   {
     mgpu::TrainingLog first("01_lenet", "shared", o, {}, 1, 1000);
     first.end_epoch({1, 2.3, 0.1, 0.1, 4.0});
@@ -364,8 +361,7 @@ TEST_CASE("run_gnuplot: gnuplot's warnings stay off the terminal when the pictur
 
 TEST_CASE("progress: an epoch slower than the last gets the time left from its own rate") {
   const fs::path out = fresh_folder("slow_epoch");
-  mgpu::Options o;
-  o.out = out.string();
+  mgpu::Options o = options_into(out);
   o.print_every = 1;
   mgpu::TrainingLog log("01_lenet", "slow_epoch", o, {}, 1, 1000);
   const std::string text = stdout_of([&] {
@@ -450,9 +446,7 @@ TEST_CASE("a run's name that its files could not carry is refused at the start, 
 
 // A run of `settings` named `run` in `out`: `epochs` epochs logged, finished or not.
 void a_run(const fs::path& out, const std::string& run, const mgpu::RunSettings& settings, int epochs, bool finish) {
-  mgpu::Options o;
-  o.epochs = 3;
-  o.out = out.string();
+  mgpu::Options o = options_into(out, 3);
   mgpu::TrainingLog log("01_lenet", run, o, settings, 1, 1000);
   for (int e = 1; e <= epochs; ++e) log.end_epoch({e, 2.0 / e, 0.2 * e, 0.25 * e, 3.0 - e * 0.5});
   if (finish) log.finish();
