@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -53,6 +54,11 @@ std::optional<long long> to_integer(const std::string& s) {
   const long long v = std::strtoll(s.c_str(), &end, 10);
   if (errno != 0 || *end != '\0') return std::nullopt;
   return v;
+}
+
+std::string exact_text(float v) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, v).ptr);
 }
 
 std::optional<double> to_real(const std::string& s) {

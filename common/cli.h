@@ -63,6 +63,9 @@ void add_on_off(CLI::App& app, const std::string& name, bool& value, const std::
 // it into a file name), out-of-range and non-finite values give nullopt.
 std::optional<long long> to_integer(const std::string& s);
 std::optional<double> to_real(const std::string& s);
+// The shortest text that reads back as this very float: "0.2", "0.50000006", not "0.200000"
+// (std::to_string) or "0.200000003": for messages that compare two values.
+std::string exact_text(float v);
 
 // ---- The shared command line ---------------------------------------------------------------
 

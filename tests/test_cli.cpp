@@ -2,6 +2,8 @@
 // function, so every good and bad command line can be tried here without starting a program.
 #include <CLI/CLI.hpp>
 #include <doctest/doctest.h>
+#include <cstdlib>
+#include <cmath>
 
 #include <string>
 #include <vector>
@@ -180,6 +182,14 @@ TEST_CASE("values that are not numbers (or not whole ones) are refused, naming t
   check_refused({"--epochs", "+3"}, kLenet, "--epochs: needs an integer, got '+3'");
   check_refused({"--lr", "\t0.1"}, kLenet, "--lr: needs a number");
   check_refused({"--lr", "+0.1"}, kLenet, "--lr: needs a number, got '+0.1'");
+}
+
+TEST_CASE("exact_text: the shortest text that reads back as the same float") {
+  CHECK(mgpu::exact_text(0.2f) == "0.2");
+  CHECK(mgpu::exact_text(std::nextafter(0.5f, 1.0f)) == "0.50000006");
+  CHECK(mgpu::exact_text(5.0f) == "5");
+  for (const float v : {0.1f, 1e-7f, 3.4e38f, -0.007f, std::nextafter(0.2f, 0.0f)})
+    CHECK(std::strtof(mgpu::exact_text(v).c_str(), nullptr) == v);
 }
 
 TEST_CASE("to_integer and to_real read the whole string as typed: sign '-' and a leading '.' only") {

@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -131,15 +130,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args, int world_s
 // every rank joins the save after each epoch (a collective).
 Settings settings_to_agree_on(const Config& c) {
   const mgpu::Options& o = c.o;
-  char lr[32];  // the shortest text that reads back as this very float: 0.2, not 0.200000003
-  const std::string lr_text(lr, std::to_chars(lr, lr + sizeof lr, o.lr).ptr);
   const FaultInjection& f = c.fault;
   const bool fault = f.rank >= 0;
   const std::string none = "(not given)";
   return {
       {"--epochs", std::to_string(o.epochs)},
       {"--batch-size", std::to_string(o.batch_size)},
-      {"--lr", lr_text},
+      {"--lr", mgpu::exact_text(o.lr)},  // 0.2, not 0.200000003
       {"--warmup-epochs", std::to_string(o.warmup_epochs)},
       {"--limit-train", std::to_string(o.limit_train)},
       {"--seed", std::to_string(o.seed)},

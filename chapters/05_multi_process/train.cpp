@@ -1,7 +1,6 @@
 #include "train.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -141,12 +140,6 @@ struct Start {
   std::optional<CheckpointLock> lock;  // rank 0, with --checkpoint: held until the run ends
 };
 
-// The shortest text that reads back as this very float: 0.2000001, not "0.200000".
-std::string exact(float v) {
-  char text[32];
-  return std::string(text, std::to_chars(text, text + sizeof text, v).ptr);
-}
-
 // A resumed run must be the run that was saved: the same batch order and the same steps. So
 // every setting that changes what a step computes is in the checkpoint and compared here: the
 // seed (the batch order and the initial weights), the batch size, the learning rate and its
@@ -164,7 +157,7 @@ void check_same_recipe(const Checkpoint& ck, const Config& c, int train_examples
   if (ck.seed != c.o.seed) refuse("--seed", std::to_string(ck.seed), std::to_string(c.o.seed));
   if (ck.batch_size != c.o.batch_size)
     refuse("--batch-size", std::to_string(ck.batch_size), std::to_string(c.o.batch_size));
-  if (ck.lr != c.o.lr) refuse("--lr", exact(ck.lr), exact(c.o.lr));
+  if (ck.lr != c.o.lr) refuse("--lr", mgpu::exact_text(ck.lr), mgpu::exact_text(c.o.lr));
   if (ck.warmup_epochs != c.o.warmup_epochs)
     refuse("--warmup-epochs", std::to_string(ck.warmup_epochs), std::to_string(c.o.warmup_epochs));
   if (ck.train_examples != train_examples)
