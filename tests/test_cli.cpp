@@ -2,9 +2,9 @@
 // function, so every good and bad command line can be tried here without starting a program.
 #include <CLI/CLI.hpp>
 #include <doctest/doctest.h>
-#include <cstdlib>
-#include <cmath>
 
+#include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
