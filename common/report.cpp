@@ -226,35 +226,32 @@ void append_line(const std::string& path, const std::string& line) {
 
 }  // namespace
 
-ResultsLock::ResultsLock(const std::string& out, const std::string& run) {
-  const std::string lock = (fs::path(out) / (run + ".lock")).string();
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error(lock + ": cannot open the results' lock: " + std::strerror(errno));
+RunLock::RunLock(const std::string& lock_path, const std::function<std::string(const std::string& pid)>& held) {
+  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(lock_path + ": cannot open the lock: " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     char holder[32] = {};  // the process id the holder wrote
     const ssize_t got = ::pread(fd_, holder, sizeof holder - 1, 0);
     ::close(fd_);
     fd_ = -1;
-    if (error != EWOULDBLOCK) throw Error(lock + ": cannot lock the results: " + std::strerror(error));
-    std::string who = got > 0 ? std::string(holder, std::size_t(got)) : "";
-    who.erase(std::remove(who.begin(), who.end(), '\n'), who.end());
-    throw Error(out + ": another run named " + run + (who.empty() ? "" : " (process " + who + ")") +
-                " is writing " + run + ".csv and .json there now (it holds " + lock +
-                "): wait for it to end, or give this run another --run-name or --out");
+    if (error != EWOULDBLOCK) throw Error(lock_path + ": cannot lock: " + std::strerror(error));
+    std::string pid = got > 0 ? std::string(holder, std::size_t(got)) : "";
+    pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
+    throw Error(held(pid));
   }
-  // The process id, for the message above: a courtesy, which the lock does not depend on.
+  // The process id, for a second run's message: a courtesy, which the lock does not depend on.
   const std::string pid = std::to_string(::getpid()) + "\n";
   [[maybe_unused]] const bool noted = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) >= 0;
 }
 
-ResultsLock::~ResultsLock() {
+RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
-ResultsLock::ResultsLock(ResultsLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+RunLock::RunLock(RunLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
 
-ResultsLock& ResultsLock::operator=(ResultsLock&& other) noexcept {
+RunLock& RunLock::operator=(RunLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
@@ -268,7 +265,13 @@ TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& op
       devices_(devices), train_examples_(train_examples), started_(utc_now()) {
   prepare_output_folder(options_.out);
   check_run_name_length(run_);
-  lock_ = ResultsLock(options_.out, run_);  // first: a run writing these files now is not "an earlier run"
+  // First: a run writing these files now is not "an earlier run" whose files may be replaced.
+  const std::string lock = (fs::path(options_.out) / (run_ + ".lock")).string();
+  lock_ = RunLock(lock, [&](const std::string& pid) {
+    return options_.out + ": another run named " + run_ + (pid.empty() ? "" : " (process " + pid + ")") +
+           " is writing " + run_ + ".csv and .json there now (it holds " + lock +
+           "): wait for it to end, or give this run another --run-name or --out";
+  });
   claim_run_files(options_.out, run_, settings_);
   // A plot of the earlier run would outlive this one if it stopped before drawing its own.
   std::error_code ignored;

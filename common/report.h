@@ -17,6 +17,7 @@
 //     whose sec_per_epoch leaves out the first epoch (one-time set-up) when there are more; the
 //     line before it says so, and first_epoch_sec gives the first epoch's time.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,22 +89,24 @@ void prepare_output_folder(const std::string& out);
 // (CSVs, plot scripts, dumps) is written this way.
 void write_whole_file(const std::string& path, const std::string& bytes);
 
-// One run at a time per results files. A run holds an flock on <out>/<run>.lock from its start
-// to its end (the system releases it when the process ends, however it ends; the small file
-// stays), with its process id written inside: a second run of the same name in the same folder
-// is refused at its start, naming the first, instead of both appending rows to one CSV and
-// rewriting one JSON. (Chapter 05's CheckpointLock is the same idea for a checkpoint.)
-class ResultsLock {
+// One run at a time per file. A run holds an flock on a lock file from its start to its end (the
+// system releases it when the process ends, however it ends; the small file stays), with its
+// process id written inside, so that a second run is refused at its start, naming the first,
+// instead of both writing the same files. TrainingLog holds one on <out>/<run>.lock for the
+// run's results (else two runs of one name would append rows to one CSV); chapter 05's
+// CheckpointLock, one on its checkpoint's FILE.lock.
+class RunLock {
  public:
-  ResultsLock() = default;  // holds nothing
-  // Throws mgpu::Error naming the files and the process that holds them, or why the lock could
-  // not be taken. out must exist.
-  ResultsLock(const std::string& out, const std::string& run);
-  ~ResultsLock();
-  ResultsLock(ResultsLock&& other) noexcept;
-  ResultsLock& operator=(ResultsLock&& other) noexcept;
-  ResultsLock(const ResultsLock&) = delete;
-  ResultsLock& operator=(const ResultsLock&) = delete;
+  RunLock() = default;  // holds nothing
+  // Takes the lock on lock_path (creating the file). If another process holds it, throws
+  // mgpu::Error(held(pid)), pid the holder's process id as it wrote it ("" if none); any other
+  // failure throws mgpu::Error naming lock_path.
+  RunLock(const std::string& lock_path, const std::function<std::string(const std::string& pid)>& held);
+  ~RunLock();
+  RunLock(RunLock&& other) noexcept;
+  RunLock& operator=(RunLock&& other) noexcept;
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
 
  private:
   int fd_ = -1;
@@ -114,7 +117,7 @@ class TrainingLog {
   // `run` names the files ("01_lenet", "02_data_parallel_k2": run_name); `chapter` goes on the
   // result line; `settings` go into the JSON and decide whether earlier files of that name may
   // be replaced. At once, before any training: checks that options.out can be written
-  // (prepare_output_folder), takes the run's ResultsLock, claims the run's files
+  // (prepare_output_folder), takes the run's RunLock (<out>/<run>.lock), claims the run's files
   // (claim_run_files), and writes the CSV's header and the JSON's settings.
   TrainingLog(std::string chapter, std::string run, const Options& options, RunSettings settings, int devices,
               int train_examples);
@@ -148,7 +151,7 @@ class TrainingLog {
  private:
   std::string chapter_, run_;
   Options options_;
-  ResultsLock lock_;  // held for the run's whole life
+  RunLock lock_;  // <out>/<run>.lock, held for the run's whole life
   RunSettings settings_;
   int devices_, train_examples_;
   std::string started_;  // when the run began, UTC, ISO 8601

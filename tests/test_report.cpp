@@ -307,7 +307,7 @@ TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, a
   fs::remove_all(out.parent_path());
 }
 
-TEST_CASE("ResultsLock: a second run of the same name in the same folder is refused at its start, naming the first") {
+TEST_CASE("RunLock: a second run of the same name in the same folder is refused at its start, naming the first") {
   const fs::path out = fresh_folder("results_lock");
   mgpu::Options o = options_into(out, 2);
   {

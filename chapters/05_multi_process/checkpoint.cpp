@@ -1,7 +1,6 @@
 #include "checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -337,26 +336,20 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   write_file_atomically(path, encode_checkpoint(c), "checkpoint");
 }
 
-CheckpointLock::CheckpointLock(const std::string& path) {
-  check_replaceable(path, "checkpoint");  // a missing folder, say, is named as such, not as a lock fault
-  const std::string lock = path + ".lock";
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw mgpu::Error(lock + ": cannot open the checkpoint's lock: " + errno_text());
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const bool held = errno == EWOULDBLOCK;
-    const std::string why = errno_text();
-    ::close(fd_);
-    throw mgpu::Error(held ? path + ": another run is using this checkpoint now (it holds " + lock +
-                                 "): give each run its own --checkpoint"
-                           : lock + ": cannot lock the checkpoint: " + why);
-  }
+namespace {
+// FILE.lock, once FILE is known to be a checkpoint this program may replace: a missing folder,
+// say, is named as such, not as a lock fault.
+std::string checkpoint_lock_path(const std::string& path) {
+  check_replaceable(path, "checkpoint");
+  return path + ".lock";
 }
+}  // namespace
 
-CheckpointLock::~CheckpointLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
-}
-
-CheckpointLock::CheckpointLock(CheckpointLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+CheckpointLock::CheckpointLock(const std::string& path)
+    : mgpu::RunLock(checkpoint_lock_path(path), [&path](const std::string&) {
+        return path + ": another run is using this checkpoint now (it holds " + path +
+               ".lock): give each run its own --checkpoint";
+      }) {}
 
 void check_checkpoint_target(const std::string& path) {
   check_replaceable(path, "checkpoint");

@@ -61,22 +61,15 @@ void check_checkpoint_target(const std::string& path);
 
 // One run at a time per checkpoint. Two runs given the same --checkpoint would overwrite each
 // other's file every epoch, or collide on FILE.tmp; the run that writes a checkpoint holds this
-// lock from its start to its end: an flock on FILE.lock, which the system releases when the
-// process ends, however it ends (the empty FILE.lock stays). A second run is refused at its
-// start, naming the file. Take it before check_checkpoint_target(), which tries FILE.tmp.
-class CheckpointLock {
+// lock from its start to its end: common/report.h's RunLock on FILE.lock, which the system
+// releases when the process ends, however it ends (the small FILE.lock stays). A second run is
+// refused at its start, naming the file. Take it before check_checkpoint_target(), which tries
+// FILE.tmp.
+class CheckpointLock : public mgpu::RunLock {
  public:
   // Throws mgpu::Error if another run holds it, or if `path` could not be written at all (as
   // check_checkpoint_target() says).
   explicit CheckpointLock(const std::string& path);
-  ~CheckpointLock();
-  CheckpointLock(CheckpointLock&& other) noexcept;
-  CheckpointLock(const CheckpointLock&) = delete;
-  CheckpointLock& operator=(const CheckpointLock&) = delete;
-  CheckpointLock& operator=(CheckpointLock&&) = delete;
-
- private:
-  int fd_ = -1;
 };
 
 // Reads and checks a checkpoint of a model with `expected_params` parameters. A missing,
