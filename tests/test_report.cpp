@@ -317,8 +317,8 @@ TEST_CASE("RunLock: a second run of the same name in the same folder is refused 
     // can tell: another open file description): refused, with the first's process id, and
     // before it writes anything.
     const std::string csv_before = read_file(out / "shared.csv");
-    const std::string names_the_first =
-        "another run named shared (process " + std::to_string(::getpid()) + ") is writing shared.csv and .json there now";
+    const std::string names_the_first = "another run named shared (process " + std::to_string(::getpid()) +
+                                        ") is writing shared.csv and .json there now";
     CHECK_THROWS_WITH_AS(mgpu::TrainingLog("01_lenet", "shared", o, {}, 1, 1000),
                          doctest::Contains(names_the_first.c_str()), mgpu::Error);
     CHECK(read_file(out / "shared.csv") == csv_before);
@@ -333,7 +333,7 @@ TEST_CASE("RunLock: a second run of the same name in the same folder is refused 
   fs::remove_all(out.parent_path());
 }
 
-TEST_CASE("run_gnuplot: gnuplot's warnings stay off the terminal when the picture is drawn; its reason is shown when it fails") {
+TEST_CASE("run_gnuplot: gnuplot's warnings stay off the terminal when it draws; its reason shows when it fails") {
   if (!gnuplot_installed()) {
     MESSAGE("gnuplot is not installed: nothing to check");
     return;
