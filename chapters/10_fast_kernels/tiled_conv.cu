@@ -197,18 +197,6 @@ void multiply_panel(const float* panel, int K, const float* W, int ldw, const fl
   }
 }
 
-// multiply_panel for a block of `rows` output channels, 1 <= rows <= R: the full blocks take
-// R = kRows, the last one fewer (no larger block is ever compiled: AVX2 would spill it).
-template <int R = kRows>
-void multiply_rows(int rows, const float* panel, int K, const float* W, int ldw, const float* init, bool accumulate,
-                   float* z, std::int64_t ldz, int width) {
-  if (rows == R) {
-    multiply_panel<R>(panel, K, W, ldw, init, accumulate, z, ldz, width);
-  } else if constexpr (R > 1) {
-    multiply_rows<R - 1>(rows, panel, K, W, ldw, init, accumulate, z, ldz, width);
-  }
-}
-
 // Item: one panel of kPanel output pixels e = e0.. of a tile's count images ([count][H][W],
 // e0 = item * kPanel), for every output channel: z[co][e] = b[co] + sum over k of W[co][k] *
 // unfold(x)[k][e], k = (ci, ky, kx), for a stride-1 convolution whose output is as large as its
@@ -269,7 +257,17 @@ struct PanelConv {
         const float* Wr = W + std::int64_t(co) * K + k0;
         const float* ir = init ? init + co : nullptr;
         float* zr = z + co * ldz + e0;
-        multiply_rows(std::min(kRows, Cout - co), panel, rows, Wr, K, ir, accumulate, zr, ldz, width);
+        // (Cases 7 and 8 are there for AVX-512's kRows = 8; with AVX2's 6 they never run.)
+        switch (std::min(kRows, Cout - co)) {
+          case 8: multiply_panel<8>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 7: multiply_panel<7>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 6: multiply_panel<6>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 5: multiply_panel<5>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 4: multiply_panel<4>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 3: multiply_panel<3>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          case 2: multiply_panel<2>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+          default: multiply_panel<1>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
+        }
       }
     }
   }
