@@ -23,16 +23,18 @@ ranks_disagree(disagree_lr 2 "ranks disagree on --lr: rank 0 has 0.2, rank 1 has
 ranks_disagree(disagree_seed 2 "ranks disagree on --seed: rank 0 has 42, rank 1 has 7" --seed 7)
 # Options a rank may have to itself (only rank 0 writes and draws): the run goes on.
 ranks_disagree(agree_per_rank_options 0 "result: chapter=05_multi_process backend=[a-z]+ devices=2 "
-               --out ${CMAKE_BINARY_DIR}/test-results/rank1 --progress off)
+               --out ${test_results}/rank1 --progress off)
 
 # The same options, different data: rank 1 reads a folder whose training files are the test
 # set's (tests/ranks_data_check.cmake makes it). Both have 512 training images of 28x28; the
 # checksums differ, and every rank stops with status 1.
-list(JOIN short " " short_words)
+set(short_words ${short})
+own_results_folder(short_words 05_multi_process_ranks_disagree_data)
+list(JOIN short_words " " short_words)
 add_test(NAME 05_multi_process_ranks_disagree_data
          COMMAND ${CMAKE_COMMAND} "-DLAUNCH=${mpi_launch} 1 ${mpi_preflags}" -DPROGRAM=$<TARGET_FILE:05_multi_process>
                  "-DSHORT=${short_words}" -DNUMPROC_FLAG=${MPIEXEC_NUMPROC_FLAG}
-                 -DOUT=${CMAKE_BINARY_DIR}/test-results/ranks_data
+                 -DOUT=${test_results}/ranks_data
                  -DSOURCE_DIR=${CMAKE_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/ranks_data_check.cmake
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(05_multi_process_ranks_disagree_data PROPERTIES TIMEOUT 90 ENVIRONMENT "${mpi_env}"

@@ -40,5 +40,5 @@ if(TARGET 06_mixed_precision)
   expect_exit(06_mixed_precision short_run 0 stdout
               "result: chapter=06_mixed_precision backend=[a-z]+ devices=2 .*\nmixed: precision=fp16 loss_scaling=dynamic grad_bits=16 accumulate=2"
               --precision fp16 --accumulate 2 --epochs 1 --limit-train 512 --batch-size 32
-              --out ${CMAKE_BINARY_DIR}/test-results)
+              --out ${test_results})
 endif()

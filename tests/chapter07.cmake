@@ -8,7 +8,7 @@ mgpu_exercise(ex07.pipeline test_model_parallel "schedules:*" "activation memory
               "hybrid:*" "evaluation through the pipeline*" "timeline:*")
 mgpu_exercise(ex07.bubble   test_model_parallel "bubble:*")
 
-set(mp_short --epochs 1 --limit-train 512 --profile-steps 2 --out ${CMAKE_BINARY_DIR}/test-results)
+set(mp_short --epochs 1 --limit-train 512 --profile-steps 2 --out ${test_results})
 expect_exit(07_model_parallel help             0 stdout "Usage: 07_model_parallel.*--micro-batches" --help)
 expect_exit(07_model_parallel split_zero       2 stderr "--split: 0: a cut must name a layer from 1 to 3" --split 0)
 expect_exit(07_model_parallel split_four       2 stderr "--split: 4: a cut must name a layer from 1 to 3" --split 4)

@@ -8,7 +8,7 @@ mgpu_exercise(ex08.ssp_server test_parameter_server "clocks:*" "pull:*" "push:*"
               "asp:*" "ssp:*" "bsp with a straggler*")
 mgpu_exercise(ex08.staleness  test_parameter_server "staleness_histogram:*")
 
-set(ps_short --epochs 1 --limit-train 512 --out ${CMAKE_BINARY_DIR}/test-results)
+set(ps_short --epochs 1 --limit-train 512 --out ${test_results})
 expect_exit(08_parameter_server help            0 stdout "Usage: 08_parameter_server.*--straggler" --help)
 expect_exit(08_parameter_server mode_bad        2 stderr "--mode: sync not in \\{bsp,asp,ssp\\}" --mode sync)
 expect_exit(08_parameter_server staleness_neg   2 stderr "--staleness: must be zero or more, got -1" --mode ssp --staleness -1)

@@ -21,7 +21,7 @@ mgpu_exercise(ex09.batch_norm_backward test_resnet_layers "BatchNorm training*" 
 mgpu_exercise(ex09.sync_batch_norm     test_resnet "SyncBN:*" "training: three SGD steps*")
 
 # The program's command line: each refusal says why and exits 2.
-set(resnet_short --width 2 --epochs 1 --limit-train 512 --out ${CMAKE_BINARY_DIR}/test-results)
+set(resnet_short --width 2 --epochs 1 --limit-train 512 --out ${test_results})
 expect_exit(09_resnet help          0 stdout "Usage: 09_resnet.*--lr FLOAT=0.1 .*--width INT=64 .*--bn TEXT:.device,sync.=device" --help)
 expect_exit(09_resnet width_zero    2 stderr "--width: must be at least 1, got 0" --width 0)
 expect_exit(09_resnet width_text    2 stderr "--width: needs an integer, got 'wide'" --width wide)
@@ -61,20 +61,20 @@ expect_exit(09_resnet profile       0 stdout "device 0's kernels.*Im2col.*withou
 # code, slowly: one profiled step and one dumped step, no epoch and no evaluation).
 expect_exit(09_resnet run_raw       0 stdout "kernels: raw.*Im2colKernel.*without the profile's timers.*wrote one training step of 8 images"
             --width 2 --limit-train 64 --batch-size 8 --kernels raw --profile on
-            --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump_raw)
+            --dump-step ${test_results}/09_dump_raw)
 # --kernels reference: chapter 09's own functors (one profiled step and one dumped step).
 expect_exit(09_resnet run_reference 0 stdout "kernels: reference.*Im2col .*without the profile's timers.*wrote one training step of 8 images"
             --width 2 --limit-train 64 --batch-size 8 --kernels reference --profile on
-            --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump_reference)
+            --dump-step ${test_results}/09_dump_reference)
 expect_exit(09_resnet dump          0 stdout "wrote one training step of 8 images on 2 device"
             --width 2 --limit-train 64 --batch-size 8 --devices 2 --bn sync
-            --dump-step ${CMAKE_BINARY_DIR}/test-results/09_dump)
+            --dump-step ${test_results}/09_dump)
 
 # One training step against PyTorch's (crosscheck.py): skipped where python3-torch is missing,
 # as on CI's machines.
 add_test(NAME 09_resnet_crosscheck_torch
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resnet_crosscheck.sh ${CMAKE_BINARY_DIR}
-                 ${CMAKE_BINARY_DIR}/test-results/09_crosscheck)
+                 ${test_results}/09_crosscheck)
 set_tests_properties(09_resnet_crosscheck_torch PROPERTIES LABELS torch SKIP_RETURN_CODE 77
                      SKIP_REGULAR_EXPRESSION "no GPU answers")
 

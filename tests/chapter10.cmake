@@ -33,7 +33,7 @@ expect_exit(10_fast_kernels kernels_bad   2 stderr "--kernels: needs a comma-sep
 expect_exit(10_fast_kernels no_timing     2 stderr "--iters 0 .* give --warmup 1 or more, or --iters N" --warmup 0)
 expect_exit(10_fast_kernels unknown_flag  2 stderr "unknown option '--bogus'" --bogus)
 expect_exit(10_fast_kernels run_small     0 stdout "im2col +64ch 28x28 k3 s1 p1 +reference.*result: chapter=10_fast_kernels .*batch=2 .*wrong=0"
-            -b 2 -w 1 -n 2 --out ${CMAKE_BINARY_DIR}/test-results/10_fast_kernels)
+            -b 2 -w 1 -n 2 --out ${test_results}/10_fast_kernels)
 
 # The chapter's results script in its quick form (batch 8), checked as every chapter's is.
-figures_test(10_fast_kernels kernels ${CMAKE_BINARY_DIR}/test-results/10_figures)
+figures_test(10_fast_kernels kernels ${test_results}/10_figures)

@@ -7,7 +7,7 @@
 set(ddp_twin ${CMAKE_SOURCE_DIR}/chapters/02_data_parallel/ddp_torch.py)
 set(ddp_tiny --epochs 1 --limit-train 512 --batch-size 64)  # 8 steps of 32 examples per process
 list(JOIN ddp_tiny " " ddp_tiny_words)  # the same, inside one quoted -DARGS=...
-set(ddp_results ${CMAKE_BINARY_DIR}/test-results)
+set(ddp_results ${test_results})
 
 # Its command line, refused before any process group is joined (a world of one, no launcher).
 function(ddp_twin_refuses name regex)

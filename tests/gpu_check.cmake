@@ -11,7 +11,7 @@ include(${CMAKE_SOURCE_DIR}/tools/gpu_check/steps.cmake)
 # need "no GPU" then report themselves skipped. Every test below has the label gpu_check, which
 # the script leaves out when it runs the test suite (it must never run itself).
 set(gpu_check_script ${CMAKE_SOURCE_DIR}/tools/gpu_check.sh)
-set(gpu_check_out ${CMAKE_BINARY_DIR}/test-results/gpu_check)
+set(gpu_check_out ${test_results}/gpu_check)
 set(gpu_check_tests)
 
 # gpu_check_expect(<name> <code> <stdout|stderr> <regex> [args...]): the script's command line,

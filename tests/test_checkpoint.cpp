@@ -23,6 +23,7 @@
 #include "common/check.h"
 #include "common/random.h"
 #include "resource_limits.h"  // ScopedLimit, FileSizeLimit, address_space_now
+#include "temp_dir.h"
 
 namespace {
 
@@ -30,20 +31,7 @@ namespace fs = std::filesystem;
 
 constexpr std::int64_t kParams = 1000;  // any size: the reader is told what to expect
 
-// A fresh directory, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int made = 0;
-    path = fs::temp_directory_path() / ("mgpu-test-ckpt-" + std::to_string(getpid()) + "-" + std::to_string(made++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using testing::TempDir;
 
 mp::Checkpoint sample(int epochs) {
   mgpu::Rng rng(5);

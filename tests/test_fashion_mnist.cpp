@@ -27,6 +27,7 @@
 
 #include "common/check.h"
 #include "common/fashion_mnist.h"
+#include "temp_dir.h"
 
 // ------------------------------------------------------------- watching the loader's memory
 
@@ -61,20 +62,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<unsigned char>;
 
-// A fresh directory under the system's temp directory, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int made = 0;
-    path = fs::temp_directory_path() / ("mgpu-test-data-" + std::to_string(getpid()) + "-" + std::to_string(made++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using testing::TempDir;
 
 void put_u32(Bytes& out, std::uint32_t v) {  // big-endian, as IDX stores its header
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<unsigned char>(v >> shift));

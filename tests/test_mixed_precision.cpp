@@ -20,6 +20,7 @@
 #include "common/random.h"
 #include "helpers.h"
 #include "mixed_precision_checks.h"  // MixedSetup, CountingRing
+#include "temp_dir.h"
 
 namespace {
 
@@ -466,7 +467,8 @@ TEST_CASE("real data: bf16 and scaled fp16 train about as well as fp32 (2 epochs
   o.batch_size = 64;
   o.lr = 0.4f;  // chapter 05's short recipe: out of the first plateau within 2 epochs
   o.devices = 2;
-  o.out = (std::filesystem::temp_directory_path() / "mgpu_test_mixed_precision").string();
+  const testing::TempDir out("mgpu-test-mixed-precision");
+  o.out = out.path.string();
   o.progress = mgpu::Options::Progress::Off;
   double fp32_acc = 0;
   for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {

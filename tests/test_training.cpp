@@ -12,24 +12,13 @@
 #include "common/device.h"
 #include "common/fashion_mnist.h"
 #include "common/report.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory for the run's CSV and plot, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int made = 0;
-    path = fs::temp_directory_path() / ("mgpu-test-run-" + std::to_string(getpid()) + "-" + std::to_string(made++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
+using testing::TempDir;
 
 // The first 10,000 training images, two epochs, and d2l's lr of 0.2, but batches of 16
 // rather than 256. Why: from d2l's N(0, 0.01^2) weights LeNet sits on a plateau at chance

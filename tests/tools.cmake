@@ -28,3 +28,17 @@ set_tests_properties(student_copy_retry PROPERTIES TIMEOUT 60)
 # In a small git repository made for the test; skipped (77) where git is missing.
 add_test(NAME figures_refuse_dirty_tree COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/figures_refuse_dirty_tree.sh)
 set_tests_properties(figures_refuse_dirty_tree PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
+
+# Every test that writes results writes a folder of its own (tests/CMakeLists.txt's
+# own_results_folder): the check over this build's tests, and the check seen to fail on a made-up
+# list where three tests write one folder (one test naming its folder twice is one writer).
+add_test(NAME tests_own_results_folders
+         COMMAND ${CMAKE_COMMAND} -DCTEST=${CMAKE_CTEST_COMMAND} -DBUILD=${CMAKE_BINARY_DIR}
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/results_folders_check.cmake)
+set_tests_properties(tests_own_results_folders PROPERTIES LABELS needs_no_exercise)
+add_test(NAME tests_own_results_folders_seen_failing
+         COMMAND ${CMAKE_COMMAND} -DJSON_FILE=${CMAKE_CURRENT_SOURCE_DIR}/fixtures/shared_results.json
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/results_folders_check.cmake)
+set_tests_properties(tests_own_results_folders_seen_failing PROPERTIES LABELS needs_no_exercise
+                     PASS_REGULAR_EXPRESSION "/tmp/r/one: one_run, same_as_one, killed\n"
+                     FAIL_REGULAR_EXPRESSION "/tmp/r/two|each written by one test")
