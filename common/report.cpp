@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -226,35 +227,53 @@ void append_line(const std::string& path, const std::string& line) {
 
 }  // namespace
 
-RunLock::RunLock(const std::string& lock_path, const std::function<std::string(const std::string& pid)>& held) {
-  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error(lock_path + ": cannot open the lock: " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    char holder[32] = {};  // the process id the holder wrote
-    const ssize_t got = ::pread(fd_, holder, sizeof holder - 1, 0);
+RunLock::RunLock(const std::string& lock_path, const std::function<std::string(const std::string& pid)>& held)
+    : path_(lock_path) {
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error(lock_path + ": cannot open the lock: " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      char holder[32] = {};  // the process id the holder wrote
+      const ssize_t got = ::pread(fd_, holder, sizeof holder - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      if (error != EWOULDBLOCK) throw Error(lock_path + ": cannot lock: " + std::strerror(error));
+      std::string pid = got > 0 ? std::string(holder, std::size_t(got)) : "";
+      pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
+      throw Error(held(pid));
+    }
+    // Locked: but on the file the name now names? (The previous holder may have removed it
+    // between our open and our flock, and a third run made a new one.)
+    struct stat ours {}, named {};
+    if (::fstat(fd_, &ours) == 0 && ::stat(lock_path.c_str(), &named) == 0 && ours.st_dev == named.st_dev &&
+        ours.st_ino == named.st_ino)
+      break;
     ::close(fd_);
     fd_ = -1;
-    if (error != EWOULDBLOCK) throw Error(lock_path + ": cannot lock: " + std::strerror(error));
-    std::string pid = got > 0 ? std::string(holder, std::size_t(got)) : "";
-    pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
-    throw Error(held(pid));
+    if (attempt == 100) throw Error(lock_path + ": cannot lock: the file keeps being removed or replaced");
   }
   // The process id, for a second run's message: a courtesy, which the lock does not depend on.
   const std::string pid = std::to_string(::getpid()) + "\n";
   [[maybe_unused]] const bool noted = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) >= 0;
 }
 
-RunLock::~RunLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+void RunLock::release() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still holding the lock: no one else holds one on this file
+  ::close(fd_);
+  fd_ = -1;
 }
 
-RunLock::RunLock(RunLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+RunLock::~RunLock() { release(); }
+
+RunLock::RunLock(RunLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
 
 RunLock& RunLock::operator=(RunLock&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
+    release();
     fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
   }
   return *this;
 }

@@ -90,9 +90,12 @@ void prepare_output_folder(const std::string& out);
 void write_whole_file(const std::string& path, const std::string& bytes);
 
 // One run at a time per file. A run holds an flock on a lock file from its start to its end (the
-// system releases it when the process ends, however it ends; the small file stays), with its
-// process id written inside, so that a second run is refused at its start, naming the first,
-// instead of both writing the same files. TrainingLog holds one on <out>/<run>.lock for the
+// system releases it when the process ends, however it ends), with its process id written
+// inside, so that a second run is refused at its start, naming the first, instead of both
+// writing the same files. The holder removes the file when it lets go (one killed leaves it, for
+// the next run to take over); a run whose lock turns out to be on a file removed or replaced
+// meanwhile (it opened the file just before its holder removed it) takes it again, on the file
+// now there, so that two runs never hold locks on two files of one name. TrainingLog holds one on <out>/<run>.lock for the
 // run's results (else two runs of one name would append rows to one CSV); chapter 05's
 // CheckpointLock, one on its checkpoint's FILE.lock.
 class RunLock {
@@ -109,7 +112,9 @@ class RunLock {
   RunLock& operator=(const RunLock&) = delete;
 
  private:
+  void release();  // removes the file, then closes it (which lets go of the lock)
   int fd_ = -1;
+  std::string path_;
 };
 
 class TrainingLog {

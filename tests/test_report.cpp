@@ -327,9 +327,22 @@ TEST_CASE("RunLock: a second run of the same name in the same folder is refused 
     first.end_epoch({2, 1.6, 0.4, 0.6, 2.0});
     first.finish();
   }
-  // Once the first has ended, the name is free: the next run replaces its files as before.
-  mgpu::TrainingLog again("01_lenet", "shared", o, {}, 1, 1000);
-  CHECK(fs::exists(out / "shared.lock"));
+  // Once the first has ended, the name is free (and its lock file gone): the next run replaces
+  // its files as before, and holds the lock file while it lives.
+  CHECK_FALSE(fs::exists(out / "shared.lock"));
+  {
+    mgpu::TrainingLog again("01_lenet", "shared", o, {}, 1, 1000);
+    CHECK(fs::exists(out / "shared.lock"));
+  }
+  CHECK_FALSE(fs::exists(out / "shared.lock"));
+  // A lock file a killed run left (its process id inside, no lock held): taken over, and removed
+  // at the end as the taker's own.
+  write_text(out / "shared.lock", "999999\n");
+  {
+    mgpu::TrainingLog after_a_kill("01_lenet", "shared", o, {}, 1, 1000);
+    CHECK(read_file(out / "shared.lock") == std::to_string(::getpid()) + "\n");
+  }
+  CHECK_FALSE(fs::exists(out / "shared.lock"));
   fs::remove_all(out.parent_path());
 }
 
