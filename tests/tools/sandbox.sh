@@ -3,7 +3,8 @@
 # break it: a file outside its folders is unreadable, a folder given read-only is not written,
 # the network is unreachable, a process started with setsid dies with the sandbox, the time
 # limit kills (status 124), the output is cut (status 125), /tmp is as large as asked and no
-# larger, the address space is bounded, and a wrong command line is refused (status 2).
+# larger, the address space is bounded, the processes are counted (and the command never runs as
+# root), and a wrong command line is refused (status 2).
 # Exit status 77 (ctest: skipped) where no sandbox can be made on this machine, saying why.
 #
 #   tests/tools/sandbox.sh      (a few seconds)
@@ -75,12 +76,25 @@ grep -q '^8388608 bytes' <<<"$out" || fail "a buffer of 8 MiB was refused under 
 run 0 --file-size 1 -- sh -c 'head -c 3000000 /dev/zero >/tmp/big 2>/dev/null; wc -c </tmp/big'
 [ "$(tail -n 1 <<<"$out")" -le $((1024 * 1024)) ] || fail "a file of $(tail -n 1 <<<"$out") bytes was written under --file-size 1"
 
+echo "-- processes: at most --processes of its user's, and that user never root"
+# The limit counts every process of the user the command runs as (root's sandbox runs it as
+# --user, 65534 by default): room for 10 more than that user has now, and 100 asked for.
+[ "$(id -u)" -eq 0 ] && as=65534 || as=$(id -u)
+limit=$(($(ps -U "$as" --no-headers | wc -l) + 10))
+run 0 --rw "$work/rw" --processes "$limit" -- sh -c "id -u; sh -c 'for i in \$(seq 100); do sleep 2 & done; echo started all' 2>/dev/null; echo x >'$work/rw/by_user'"
+[ "$(head -n 1 <<<"$out")" = "$as" ] || fail "the command ran as user $(head -n 1 <<<"$out"), not $as"
+! grep -q 'started all' <<<"$out" || fail "100 processes were started under --processes $limit"
+[ -f "$work/rw/by_user" ] || fail "the --rw folder could not be written by user $as"
+owner=$(stat -c %u "$work/rw/by_user")
+[ "$owner" -eq "$(id -u)" ] || fail "the --rw folder's files were not given back: owned by $owner, not $(id -u)"
+
 echo "-- a wrong command line"
 run 2 --time 0 -- true
 run 2 --ro "$work/none" -- true
 run 2 --bogus -- true
 run 2 --tmpfs relative/path -- true
 run 2 --chdir relative/path -- true
+run 2 --user 0 -- true
 run 2
 
 if [ "$failures" -gt 0 ]; then
