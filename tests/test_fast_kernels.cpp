@@ -532,18 +532,12 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   CHECK(plan.images == std::max<std::int64_t>({1, fast::kTileFloats / per_image, for_columns}));
   CHECK(plan.tiles == (256 + plan.images - 1) / plan.images);
   CHECK(plan.lanes == 2);
+  CHECK(plan.tile_floats == per_image * plan.images);
   CHECK(plan.partial_floats == 16 * 144);
-  // Stride 1, 28 -> 28: dx is a convolution of dz, and W flipped takes one more partial's room.
-  // In a cuda build dz's unfolded tile is as large as col here (Cout = Cin); the cpu build
-  // multiplies such a convolution in panels, which read x and dz where they lie: no tiles.
+  // Stride 1, 28 -> 28: dx is a convolution of dz, whose unfolded tile is as large as col here
+  // (Cout = Cin), and W flipped takes one more partial's room.
   CHECK(plan.dx_by_convolution);
-  if (mgpu::kCudaBackend) {
-    CHECK(plan.tile_floats == per_image * plan.images);
-    CHECK(plan.dcol_floats == plan.tile_floats);
-  } else {
-    CHECK(plan.tile_floats == 0);
-    CHECK(plan.dcol_floats == 0);
-  }
+  CHECK(plan.dcol_floats == plan.tile_floats);
   CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + 2 * plan.partial_floats);
   // Stride 2: dcol and col2im, as chapter 09; twice the channels out: dz's unfolding is the larger.
   // The cpu build multiplies the shifted convolutions in panels, up to 11x11; a cuda build never.
@@ -553,12 +547,11 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   CHECK_FALSE(fast::multiplies_in_panels(xs, {16, 32, 3, 2, 1}));
   const fast::TilePlan halving = fast::plan_tiles(2, xs, {16, 32, 3, 2, 1});
   CHECK_FALSE(halving.dx_by_convolution);
-  CHECK(halving.tile_floats == 144 * 196 * halving.images);  // 14x14 out; no panels at stride 2, in any build
   CHECK(halving.dcol_floats == halving.tile_floats);
   CHECK(halving.scratch_floats() == 2 * 2 * halving.tile_floats + halving.partial_floats);
   const fast::TilePlan widening = fast::plan_tiles(2, xs, {16, 32, 3, 1, 1});
   CHECK(widening.dx_by_convolution);
-  CHECK(widening.dcol_floats == (mgpu::kCudaBackend ? 2 * per_image * widening.images : 0));
+  CHECK(widening.dcol_floats == 2 * widening.tile_floats);
   // A tile smaller than an image, and no column minimum, still holds one image; a column minimum
   // of 1,000 needs two 28x28 images, and 64 4x4 ones.
   CHECK(fast::plan_tiles(2, xs, c, 1, 1).images == 1);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "common/gemm.h"
 #include "common/parallel.h"    // for_each_lane, for_each_span, for_each_index
@@ -31,18 +30,11 @@ ConvSizes sizes_of(ImageShape xs, ConvShape c) {
   return {c.in_channels * c.kernel * c.kernel, zs.height * zs.width, zs.batch * zs.height * zs.width};
 }
 
-// A lane's two tiles for `images` images a tile, in floats: the col tile [K][images*Q], and the
-// backward pass's second tile, dz unfolded [Cout*k*k][images*Q] where dx is a convolution of dz,
-// else dcol [K][images*Q]. None where the cpu build multiplies in panels: its forward pass, dx
-// and dW read x and dz where they lie (PanelConv, WeightGradient).
-struct TileFloats {
-  i64 col, second;
-};
-TileFloats tile_floats_of(ImageShape xs, ConvShape c, int images) {
-  if (multiplies_in_panels(xs, c)) return {0, 0};
-  const ConvSizes s = sizes_of(xs, c);
-  const int second_rows = unfolds_by_shifting(xs, c) ? std::max(s.K, c.out_channels * c.kernel * c.kernel) : s.K;
-  return {i64(s.K) * s.Q * images, i64(second_rows) * s.Q * images};
+// Rows of the backward pass's second tile: dz unfolded (Cout*k*k) where dx is a convolution of
+// dz, else dcol (K = Cin*k*k).
+int second_tile_rows(ImageShape xs, ConvShape c) {
+  const int K = c.in_channels * c.kernel * c.kernel;
+  return unfolds_by_shifting(xs, c) ? std::max(K, c.out_channels * c.kernel * c.kernel) : K;
 }
 
 // Refuses (mgpu::Error naming `call`) a plan made for another convolution or for more lanes than
@@ -50,17 +42,11 @@ TileFloats tile_floats_of(ImageShape xs, ConvShape c, int images) {
 void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape c, nn::ConvScratch scratch,
                 const char* call) {
   const ConvSizes s = sizes_of(xs, c);
-  const ImageShape& in = plan.input;
-  const ConvShape& cv = plan.conv;
-  const bool same_convolution = in.channels == xs.channels && in.batch == xs.batch && in.height == xs.height &&
-                                in.width == xs.width && cv.in_channels == c.in_channels &&
-                                cv.out_channels == c.out_channels && cv.kernel == c.kernel && cv.stride == c.stride &&
-                                cv.padding == c.padding;
-  const bool fits = same_convolution && plan.images >= 1 && plan.tiles == ceil_div(xs.batch, plan.images) && plan.lanes >= 1 &&
+  const bool fits = plan.images >= 1 && plan.tiles == ceil_div(xs.batch, plan.images) && plan.lanes >= 1 &&
                     plan.lanes <= std::min(plan.tiles, mgpu::lanes_per_device(d)) &&
                     plan.dx_by_convolution == unfolds_by_shifting(xs, c) &&
-                    plan.tile_floats == tile_floats_of(xs, c, plan.images).col &&
-                    plan.dcol_floats == tile_floats_of(xs, c, plan.images).second &&
+                    plan.tile_floats == i64(s.K) * s.Q * plan.images &&
+                    plan.dcol_floats == i64(second_tile_rows(xs, c)) * s.Q * plan.images &&
                     plan.partial_floats == i64(c.out_channels) * s.K;
   if (!fits)
     throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
@@ -286,126 +272,6 @@ struct PanelConv {
     }
   }
 };
-
-// --- The weight gradient without col (step 7 of the README's CPU lesson)
-//
-// dW[co][k] += sum over a tile's pixels e of dz[co][e] * unfold(x)[k][e]. Here the long side of
-// the product, the tile's pixels, is the one summed over, and both factors are rows along it: dz's
-// row co, and x's plane of channel ci read at tap k's shift and masked at the borders (as
-// PanelConv reads it). So the sums run along e in vector registers: a block of kGradRows output
-// channels by kGradCols taps, each a vector of kLanes partial sums, goes over every pixel of the
-// tile and is reduced to kGradRows x kGradCols numbers at the end. No col tile and no packing:
-// per kLanes pixels, kGradRows loads of dz and kGradCols masked loads of x feed kGradRows x
-// kGradCols multiply-adds. A block past Cout or K computes on zeros (dz rows) or repeats the last
-// tap, and its extra sums are dropped.
-#if defined(__AVX512F__)
-constexpr int kGradRows = 4, kGradCols = 6;  // 24 accumulators + 4 dz vectors + 1 of x: 29 of 32 registers
-#else
-constexpr int kGradRows = 3, kGradCols = 3;  // 9 + 3 + 1 of AVX2's 16
-#endif
-
-struct WeightGradient {
-  const float* x;   // [Cin][B][H][W]
-  const float* dz;  // the tile's first column of dz: dz[co * ldz + e]
-  std::int64_t ldz;
-  float* dW;        // [Cout][K], added into
-  int B, first, count, H, Wd, Cin, Cout, k, p;
-
-  // One vector of pixels, v, into the block's sums, every read checked: dz's tail vector comes
-  // from its copy, and a tap's read at x's very start or end takes only what its mask keeps.
-  void checked_step(vf (&acc)[kGradRows][kGradCols], int v, int full, const float* const (&dz_row)[kGradRows],
-                    const float* const (&tail_row)[kGradRows], const std::int64_t (&at)[kGradCols],
-                    const std::int32_t* const (&mask)[kGradCols], std::int64_t x_floats) const {
-    const int e = v * kLanes;
-    vf g[kGradRows];
-    for (int r = 0; r < kGradRows; ++r) g[r] = load_vector(v < full ? dz_row[r] + e : tail_row[r]);
-    for (int t = 0; t < kGradCols; ++t) {
-      float part[kLanes];
-      for (int j = 0; j < kLanes; ++j) {
-        const std::int64_t from = at[t] + e + j;
-        part[j] = mask[t][e + j] && from >= 0 && from < x_floats ? x[from] : 0.0f;
-      }
-      const vf u = load_vector(part);
-      for (int r = 0; r < kGradRows; ++r) acc[r][t] += g[r] * u;
-    }
-  }
-
-  // dW += this tile's share (item: 0, the only one).
-  void operator()(std::int64_t) const {
-    const int Q = H * Wd, kk = k * k, K = Cin * kk, n = count * Q;
-    const int full = n / kLanes, vectors = ceil_div(n, kLanes), padded = vectors * kLanes;
-    const std::int64_t x_floats = std::int64_t(Cin) * B * Q;
-    // ok[t][e]: all bits where tap t = (ky, kx) of pixel e reads inside e's own image, else 0;
-    // 0 past the tile's last pixel too.
-    thread_local std::vector<std::int32_t> ok;
-    ok.assign(std::size_t(kk) * padded, 0);
-    for (int e = 0; e < n; ++e) {
-      const int oy = e % Q / Wd, ox = e % Wd;
-      for (int ky = 0; ky < k; ++ky)
-        for (int kx = 0; kx < k; ++kx) {
-          const int y = oy + ky - p, xx = ox + kx - p;
-          ok[std::size_t(ky * k + kx) * padded + e] = y >= 0 && y < H && xx >= 0 && xx < Wd ? -1 : 0;
-        }
-    }
-    // dz's rows as the blocks read them: the tile's own columns, then its last, partial vector
-    // copied into `tail` (zeros past n: reading on into the next tile, or past dz's end, is not
-    // allowed), and zero rows past Cout.
-    const int rows = ceil_div(Cout, kGradRows) * kGradRows;
-    thread_local std::vector<float> tail, zero_row;
-    tail.assign(std::size_t(rows) * kLanes, 0.0f);
-    zero_row.assign(padded, 0.0f);
-    for (int co = 0; co < Cout; ++co)
-      for (int e = full * kLanes; e < n; ++e) tail[std::size_t(co) * kLanes + e - full * kLanes] = dz[co * ldz + e];
-
-    for (int co0 = 0; co0 < Cout; co0 += kGradRows) {
-      const float* dz_row[kGradRows];
-      const float* tail_row[kGradRows];
-      for (int r = 0; r < kGradRows; ++r) {
-        dz_row[r] = co0 + r < Cout ? dz + (co0 + r) * ldz : zero_row.data();
-        tail_row[r] = tail.data() + std::size_t(co0 + r) * kLanes;
-      }
-      for (int k0 = 0; k0 < K; k0 += kGradCols) {
-        // Tap t of the block: x's plane of its channel at its shift (an offset into x), its mask.
-        std::int64_t at[kGradCols];
-        const std::int32_t* mask[kGradCols];
-        for (int t = 0; t < kGradCols; ++t) {
-          const int kr = std::min(k0 + t, K - 1), ci = kr / kk, ky = kr / k % k, kx = kr % k;
-          at[t] = (std::int64_t(ci) * B + first) * Q + (ky - p) * Wd + (kx - p);
-          mask[t] = ok.data() + std::size_t(kr % kk) * padded;
-        }
-        vf acc[kGradRows][kGradCols] = {};
-        // The vectors [v0, v1) read every tap inside x and whole vectors of dz's rows: that
-        // loop carries no checks (the others, at x's very start or end and the tile's last
-        // partial vector, go one by one through the checked step).
-        int v0 = 0, v1 = full;
-        for (int t = 0; t < kGradCols; ++t) {
-          if (at[t] < 0) v0 = std::max<std::int64_t>(v0, (-at[t] + kLanes - 1) / kLanes);
-          v1 = std::min<std::int64_t>(v1, (x_floats - kLanes - at[t]) / kLanes + 1);
-        }
-        v1 = std::max(v0, v1);
-        for (int v = 0; v < v0; ++v) checked_step(acc, v, full, dz_row, tail_row, at, mask, x_floats);
-        for (int v = v0; v < v1; ++v) {
-          const int e = v * kLanes;
-          vf g[kGradRows];
-          for (int r = 0; r < kGradRows; ++r) g[r] = load_vector(dz_row[r] + e);
-          for (int t = 0; t < kGradCols; ++t) {
-            vi keep;
-            std::memcpy(&keep, mask[t] + e, sizeof keep);
-            const vf u = (vf)((vi)load_vector(x + at[t] + e) & keep);
-            for (int r = 0; r < kGradRows; ++r) acc[r][t] += g[r] * u;
-          }
-        }
-        for (int v = v1; v < vectors; ++v) checked_step(acc, v, full, dz_row, tail_row, at, mask, x_floats);
-        for (int r = 0; r < kGradRows && co0 + r < Cout; ++r)
-          for (int t = 0; t < kGradCols && k0 + t < K; ++t) {
-            float sum = 0.0f;
-            for (int j = 0; j < kLanes; ++j) sum += acc[r][t][j];
-            dW[std::int64_t(co0 + r) * K + k0 + t] += sum;
-          }
-      }
-    }
-  }
-};
 }  // namespace
 #endif
 
@@ -436,22 +302,6 @@ void panel_conv_images(const Device& d, const float* x, ImageShape xs, ConvShape
                        PanelConv{x, W, b, z, ldz, xs.batch, first, count, xs.height, xs.width, c.in_channels,
                                  c.out_channels, c.kernel, c.padding},
                        sizeof(float) * double(pixels) * (c.in_channels + c.out_channels));
-#endif
-}
-
-// dW [Cout][K] += the share of images [first, first + count) of the convolution that
-// multiplies_in_panels, dz_tile their first column of dz [Cout][P] (row length ldz).
-void weight_gradient_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count, const float* dz_tile,
-                            i64 ldz, float* dW) {
-#if MGPU_CUDA
-  (void)d, (void)x, (void)xs, (void)c, (void)first, (void)count, (void)dz_tile, (void)ldz, (void)dW;
-  throw mgpu::Error("weight_gradient_images: a CPU kernel, not in a cuda build");
-#else
-  // One item: the tile's whole share, in its lane's queue (the lanes share the tiles).
-  mgpu::for_each_index(d, 1,
-                       WeightGradient{x, dz_tile, ldz, dW, xs.batch, first, count, xs.height, xs.width, c.in_channels,
-                                      c.out_channels, c.kernel, c.padding},
-                       sizeof(float) * double(count) * xs.height * xs.width * (c.in_channels + c.out_channels));
 #endif
 }
 }  // namespace
@@ -506,8 +356,6 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int 
   const ConvSizes s = sizes_of(xs, c);
   const i64 per_image = i64(s.K) * s.Q;  // one image's col
   TilePlan plan;
-  plan.input = xs;
-  plan.conv = c;
   // As many images as the tile holds, and at least enough for kMinTileColumns columns (one image
   // at the least); no more than an even share of the batch, so that every lane gets work.
   const i64 for_columns = ceil_div(min_columns, s.Q);
@@ -516,9 +364,8 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int 
   plan.tiles = ceil_div(xs.batch, plan.images);
   plan.lanes = std::min(lanes, plan.tiles);
   plan.dx_by_convolution = unfolds_by_shifting(xs, c);
-  const TileFloats tiles = tile_floats_of(xs, c, plan.images);
-  plan.tile_floats = tiles.col;
-  plan.dcol_floats = tiles.second;
+  plan.tile_floats = per_image * plan.images;
+  plan.dcol_floats = i64(second_tile_rows(xs, c)) * s.Q * plan.images;
   plan.partial_floats = i64(c.out_channels) * s.K;
   return plan;
 }
@@ -566,14 +413,10 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
     float* dW_lane = lane == 0 ? dW : partials + (lane - 1) * plan.partial_floats;
     const float* dz_tile = dz + i64(first) * s.Q;  // [Cout][count*Q], a block of dz [Cout][P]
     const int columns = count * s.Q;
-    if (multiplies_in_panels(xs, c)) {  // the CPU's kernel: the sums along the pixels, no col
-      weight_gradient_images(d, x, xs, c, first, count, dz_tile, s.P, dW_lane);
-    } else {
-      unfold_tile(d, x, xs, c, first, count, col);  // the forward pass's tile, unfolded again
-      // dW += dz_tile col^T      [Cout x K] = [Cout x columns][columns x K]
-      gemm(d, Transpose::No, Transpose::Yes, c.out_channels, s.K, columns, 1.0f, dz_tile, s.P, col, columns, 1.0f,
-           dW_lane, s.K);
-    }
+    unfold_tile(d, x, xs, c, first, count, col);  // the forward pass's tile, unfolded again
+    // dW += dz_tile col^T      [Cout x K] = [Cout x columns][columns x K]
+    gemm(d, Transpose::No, Transpose::Yes, c.out_channels, s.K, columns, 1.0f, dz_tile, s.P, col, columns, 1.0f,
+         dW_lane, s.K);
     if (!dx) return;
     if (plan.dx_by_convolution) {
       // dx's columns of these images = W flipped, convolved with dz's (same padding: 2p = k - 1)

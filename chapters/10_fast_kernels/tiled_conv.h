@@ -70,13 +70,10 @@ constexpr int kMinTileColumns = 1024;
 // How tiled_conv cuts a batch of B images on a device: `images` a tile (the last one may have
 // fewer), `tiles` tiles shared among `lanes` lanes, and the scratch that takes.
 struct TilePlan {
-  ImageShape input{};  // the input and the convolution it was made for (the functions refuse others)
-  ConvShape conv{};
   int images = 1, tiles = 1, lanes = 1;
   // The input gradient as a convolution of dz (where unfolds_by_shifting: dz's tile unfolded,
   // one GEMM with W flipped), else as chapter 09 does it (dcol = W^T dz, then col2im).
   bool dx_by_convolution = false;
-  // (Both tiles are 0 where the cpu build multiplies in panels: multiplies_in_panels, below.)
   std::int64_t tile_floats = 0;     // one col tile: K * images * Ho*Wo
   std::int64_t dcol_floats = 0;     // the backward's second tile: dcol, or dz unfolded (Cout*k*k x columns)
   std::int64_t partial_floats = 0;  // one lane's share of dW (lanes 1..), and W flipped: Cout * K
