@@ -297,8 +297,16 @@ TrainingLog::TrainingLog(std::string chapter, std::string run, const Options& op
   fs::remove(fs::path(options_.out) / (run_ + ".png"), ignored);
   // in_sec_per_epoch: 0 for the first epoch (one-time set-up included, left out of the mean
   // when there are more epochs), 1 for those the result line's sec_per_epoch averages.
-  write_whole_file(csv_path(), "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n");
-  write_json(false);
+  try {
+    write_whole_file(csv_path(), "epoch,train_loss,train_acc,test_acc,seconds,in_sec_per_epoch\n");
+    write_json(false);
+  } catch (const Error&) {
+    // (A disk that fills between the two.) A CSV without its JSON would be "another run's" to
+    // the next run of this name, which would refuse to replace it: nothing is left behind.
+    fs::remove(csv_path(), ignored);
+    fs::remove(json_path(), ignored);
+    throw;
+  }
 }
 
 namespace {

@@ -193,6 +193,24 @@ TEST_CASE("a CSV row that cannot be written stops the run, naming the file; the 
   fs::remove_all(out.parent_path());
 }
 
+TEST_CASE("a run whose first files cannot be written leaves none: the next run of that name starts clean") {
+  const fs::path out = fresh_folder("full_at_start");
+  mgpu::Options o = options_into(out, 2);
+  {
+    // As a disk that fills after the CSV's header (about 60 bytes) and before the JSON (about 1 KB).
+    const testing::FileSizeLimit disk_fills(200);
+    CHECK_THROWS_WITH_AS(mgpu::TrainingLog("01_lenet", "first_files", o, {}, 1, 1000),
+                         doctest::Contains("first_files.json: cannot be written"), mgpu::Error);
+  }
+  CHECK_FALSE(fs::exists(out / "first_files.csv"));
+  CHECK_FALSE(fs::exists(out / "first_files.json"));
+  CHECK_FALSE(fs::exists(out / "first_files.lock"));
+  // A run of that name with other settings is not refused as "another run's" files.
+  o.epochs = 3;
+  CHECK_NOTHROW(mgpu::TrainingLog("01_lenet", "first_files", o, {{"epochs", "3", "2"}}, 1, 1000));
+  fs::remove_all(out.parent_path());
+}
+
 TEST_CASE("prepare_output_folder makes the folder, and refuses one that cannot be made or written") {
   const fs::path base = fresh_folder("out");
   CHECK_NOTHROW(mgpu::prepare_output_folder((base / "a" / "b").string()));

@@ -8,6 +8,7 @@
 
 #include "../03_ring_allreduce/benchmark.h"  // chapter 03's benchmark harness: this adds a column
 #include "common/backend.h"
+#include "common/program.h"
 
 namespace {
 
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
 #else
 
 int main(int argc, char** argv) {
+  mgpu::start_program(argv);  // as bench::main_program does in the cuda build
   // The command line first, as in the cuda build: a bad one exits 2 in every build, --help works.
   (void)bench::parse_command_line(argc, argv, kProgram, chapter_defaults());
   std::printf("%s: not applicable in this build: NCCL is a CUDA library and this is the %s build.\n"

@@ -20,8 +20,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/cli.h"     // prepare_app, parse, refuse_command_line: the chapters' conventions
-#include "common/report.h"  // plot_runs, write_whole_file
+#include "common/cli.h"      // prepare_app, parse, refuse_command_line: the chapters' conventions
+#include "common/program.h"  // start_program
+#include "common/report.h"   // plot_runs, write_whole_file
 
 namespace fs = std::filesystem;
 
@@ -50,6 +51,7 @@ std::string check_run_csv(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mgpu::start_program(argv);  // line-buffered output, and a failed write of it fails the program
   const std::string program = "plot_runs";
   std::string out, title;
   std::vector<std::string> runs_given;
