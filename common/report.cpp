@@ -565,6 +565,24 @@ bool run_gnuplot(const std::string& png_path, const std::string& commands) {
                  script_path.string().c_str(), remarks.c_str());
     return false;
   }
+  // gnuplot ends with status 0 even when the disk filled under it: a picture is whole only if
+  // it ends with PNG's closing chunk, "IEND" and its 4-byte checksum.
+  std::error_code error;
+  const auto bytes = fs::file_size(png_path, error);
+  char end[4] = {};
+  if (!error && bytes >= 8) {
+    std::ifstream in(png_path, std::ios::binary);
+    in.seekg(std::streamoff(bytes - 8));
+    in.read(end, 4);
+  }
+  if (error || std::string(end, 4) != "IEND") {
+    const std::string what = error ? "not written" : std::to_string(bytes) + " bytes";
+    fs::remove(png_path, error);
+    std::fprintf(stderr,
+                 "warning: gnuplot left %s incomplete (%s; a full disk?): removed; no plot, the CSV has the numbers\n%s",
+                 png_path.c_str(), what.c_str(), remarks.c_str());
+    return false;
+  }
   return true;
 }
 

@@ -387,6 +387,19 @@ TEST_CASE("run_gnuplot: gnuplot's warnings stay off the terminal when it draws; 
   CHECK(loud.find("warning: gnuplot failed") != std::string::npos);
   CHECK(loud.find("bad.gp") != std::string::npos);
   CHECK(loud.find("invalid command") != std::string::npos);
+  // A disk that fills while gnuplot writes (it still ends with status 0): the cut picture is
+  // not reported drawn, and not left behind.
+  bool cut_drew = true;
+  std::string cut;
+  {
+    const testing::FileSizeLimit disk_fills(2000);  // a whole picture is about 10 KB or more
+    cut = output_of(2, [&] {
+      cut_drew = mgpu::run_gnuplot((out / "cut.png").string(), "plot 'flat.csv' using 1:2 with points\n");
+    });
+  }
+  CHECK_FALSE(cut_drew);
+  CHECK(cut.find("cut.png incomplete") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "cut.png"));
   fs::remove_all(out.parent_path());
 }
 
