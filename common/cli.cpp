@@ -62,7 +62,8 @@ std::string exact_text(float v) {
 }
 
 std::optional<double> to_real(const std::string& s) {
-  if (!starts_as_a_number(s)) return std::nullopt;
+  // Decimal only, as the integers are: strtod would also read C's hexadecimal floats (0x1p-3).
+  if (!starts_as_a_number(s) || s.find_first_of("xX") != std::string::npos) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -230,9 +231,66 @@ std::string check_options(const Options& o, const ChapterInfo& chapter) {
   return "";
 }
 
+namespace {
+
+// The command line with every occurrence but the last of each flag that takes one value left
+// out: a flag given twice keeps its last value, and only that value is checked (CLI11 checks
+// every occurrence before it keeps the last: "--epochs 0 --epochs 3" would be refused).
+// A flag is found by its long name (--epochs 3, --epochs=3) or short one (-b 64, -b64); its
+// value is the next word unless given inline. Words that are no flag stay where they are.
+std::vector<std::string> last_of_each_flag(const CLI::App& app, const std::vector<std::string>& args) {
+  struct Occurrence {
+    const CLI::Option* option;
+    std::size_t begin, end;  // its words: [begin, end)
+  };
+  std::vector<Occurrence> found;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& w = args[i];
+    if (w == "--") break;  // the rest is not flags
+    const CLI::Option* option = nullptr;
+    bool inline_value = false;
+    for (const CLI::Option* o : app.get_options()) {
+      if (o->get_items_expected_max() != 1) continue;  // flags without a value, lists
+      if (w.rfind("--", 0) == 0) {
+        const std::size_t eq = w.find('=');
+        const std::string name = w.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+        const auto& names = o->get_lnames();
+        if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+        inline_value = eq != std::string::npos;
+      } else if (w.size() >= 2 && w[0] == '-' && w[1] != '-') {
+        const auto& names = o->get_snames();
+        if (std::find(names.begin(), names.end(), w.substr(1, 1)) == names.end()) continue;
+        inline_value = w.size() > 2;
+      } else {
+        continue;
+      }
+      option = o;
+      break;
+    }
+    if (!option) continue;
+    const std::size_t end = inline_value ? i + 1 : std::min(i + 2, args.size());
+    found.push_back({option, i, end});
+    i = end - 1;
+  }
+  std::vector<bool> left_out(args.size(), false);
+  for (std::size_t a = 0; a < found.size(); ++a)
+    for (std::size_t b = a + 1; b < found.size(); ++b)
+      if (found[b].option == found[a].option) {
+        for (std::size_t i = found[a].begin; i < found[a].end; ++i) left_out[i] = true;
+        break;
+      }
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (!left_out[i]) kept.push_back(args[i]);
+  return kept;
+}
+
+}  // namespace
+
 Parsed parse(CLI::App& app, const std::vector<std::string>& args) {
+  const std::vector<std::string> last = last_of_each_flag(app, args);
   // CLI11 reads a vector from its back: the first word goes last.
-  std::vector<std::string> words(args.rbegin(), args.rend());
+  std::vector<std::string> words(last.rbegin(), last.rend());
   try {
     app.parse(words);
   } catch (const CLI::CallForHelp&) {

@@ -4,15 +4,18 @@
 
 #include <omp.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -68,10 +71,15 @@ std::optional<std::uint64_t> chaos_seed() {
   static const std::optional<std::uint64_t> seed = []() -> std::optional<std::uint64_t> {
     const char* text = std::getenv("MGPU_CHAOS");
     if (!text || !*text) return std::nullopt;
+    // Digits only, and no more than 64 bits hold (strtoull would take "+5" and " 5", and read a
+    // number too large for it as the largest it holds).
+    const std::string digits = text;
+    errno = 0;
     char* end = nullptr;
     const unsigned long long value = std::strtoull(text, &end, 10);
-    if (*end != '\0' || text[0] == '-')
-      throw Error(std::string("MGPU_CHAOS must be a seed (a whole number), got '") + text + "'");
+    if (digits.find_first_not_of("0123456789") != std::string::npos || *end != '\0' || errno == ERANGE)
+      throw Error("MGPU_CHAOS must be a seed, a whole number from 0 to " +
+                  std::to_string(std::numeric_limits<std::uint64_t>::max()) + ", got '" + digits + "'");
     return value;
   }();
   return seed;

@@ -134,8 +134,21 @@ TEST_CASE("a flag given twice keeps its last value, as most tools do") {
   REQUIRE(r.error == "");
   CHECK(r.options.epochs == 5);
   CHECK(r.options.batch_size == 32);
-  // Every value is checked, the overridden one too.
-  check_refused({"--epochs", "0", "--epochs", "5"}, kLenet, "--epochs: must be at least 1, got 0");
+  // Only the value kept is checked (a script's flags, then one's own after them): an earlier
+  // one is not refused, in any of the forms; the last one is.
+  const mgpu::ParseResult later = mgpu::parse_options(
+      {"--epochs", "0", "-b", "x", "--lr=-1", "--eval", "bad", "--epochs", "3", "--batch-size=64", "--lr", "0.1",
+       "--eval", "all", "--devices", "2"},
+      kMulti);
+  REQUIRE(later.error == "");
+  CHECK(later.options.epochs == 3);
+  CHECK(later.options.batch_size == 64);
+  CHECK(later.options.lr == 0.1f);
+  CHECK(later.options.eval_all_devices);
+  check_refused({"--epochs", "5", "--epochs", "0"}, kLenet, "--epochs: must be at least 1, got 0");
+  check_refused({"-b64", "-b0"}, kLenet, "--batch-size: must be at least 1, got 0");
+  // A value that looks like a flag is still the value it follows (and refused as before).
+  check_refused({"--run-name", "--epochs", "--epochs", "2"}, kLenet, "--run-name");
 }
 
 TEST_CASE("--run-name: letters, digits, '_', '-' and '.', for file names") {
@@ -203,6 +216,11 @@ TEST_CASE("to_integer and to_real read the whole string as typed: sign '-' and a
   CHECK_FALSE(mgpu::to_real(" 3").has_value());
   CHECK_FALSE(mgpu::to_real("+3").has_value());
   CHECK_FALSE(mgpu::to_real("").has_value());
+  // Decimal only, as the integers: no C hexadecimal floats, no "1e3" for an integer.
+  CHECK_FALSE(mgpu::to_real("0x1p-3").has_value());
+  CHECK_FALSE(mgpu::to_real("0X10").has_value());
+  CHECK_FALSE(mgpu::to_integer("0x10").has_value());
+  CHECK_FALSE(mgpu::to_integer("1e3").has_value());
 }
 
 TEST_CASE("--lr is checked as the float it becomes, not as the number written") {
