@@ -106,6 +106,19 @@ Check text(const std::string& what) {
     // CLI11, as getopt, takes the next word as the value whatever it is: in "--out --epochs 3"
     // the value was forgotten, and a folder called "--epochs" is not what was meant.
     if (value.rfind("--", 0) == 0) return "needs " + what + ", got the option '" + value + "'";
+    // The system's limits (Linux's PATH_MAX and NAME_MAX): a longer path cannot be opened at all.
+    // Refused here, naming its start, rather than in a message that quotes all of it later.
+    const std::string start = value.substr(0, 40) + "...";
+    if (value.size() > kMaxPath)
+      return "needs " + what + ", got a path of " + std::to_string(value.size()) + " characters (" + start +
+             "); at most " + std::to_string(kMaxPath);
+    for (std::size_t begin = 0; begin < value.size();) {
+      const std::size_t end = std::min(value.find('/', begin), value.size());
+      if (end - begin > kMaxPathPart)
+        return "needs " + what + ", got a name of " + std::to_string(end - begin) + " characters in the path (" +
+               start + "); at most " + std::to_string(kMaxPathPart) + " between two '/'";
+      begin = end + 1;
+    }
     return "";
   };
 }

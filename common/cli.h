@@ -41,8 +41,10 @@ Check real(double lo, double hi);
 // A number > 0, checked as the float it is stored in, not as the number written: "1e300" is inf
 // as a float and "1e-46" is 0, and neither is what was asked for (a learning rate).
 Check positive_float();
-// Text that may not be empty nor start with "--" (a forgotten value); `what` names it:
-// "needs a directory".
+// A path: text that may not be empty nor start with "--" (a forgotten value), of at most
+// kMaxPath characters and kMaxPathPart between two '/' (Linux's limits: a longer one cannot be
+// opened); `what` names it: "needs a directory".
+constexpr std::size_t kMaxPath = 4095, kMaxPathPart = 255;
 Check text(const std::string& what);
 // Letters, digits, '_', '-' and '.', not starting with '.' or '-': a name that goes into file
 // names as it is (a leading '.' hides the file, a leading '-' reads as an option to gnuplot),

@@ -193,7 +193,7 @@ class GzipReader {
 bool has_all_files(const std::string& dir) {
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
-    if (!fs::exists(fs::path(dir) / f)) return false;
+    if (std::error_code ec; !fs::exists(fs::path(dir) / f, ec)) return false;  // (ec: a path too long, say)
   return true;
 }
 
@@ -248,7 +248,9 @@ void keep_first(LabeledImages& set, int limit) {
 std::string find_fashion_mnist(const std::string& data_dir_flag) {
   // An explicit --data-dir is the user's choice: use it or fail, never fall back silently.
   if (!data_dir_flag.empty()) {
-    if (!fs::is_directory(data_dir_flag)) throw Error("--data-dir " + data_dir_flag + ": no such directory");
+    std::error_code ec;
+    if (!fs::is_directory(data_dir_flag, ec))
+      throw Error("--data-dir " + data_dir_flag + ": " + (ec ? "cannot be examined: " + ec.message() : "no such directory"));
     return data_dir_flag;
   }
   std::vector<std::string> candidates;

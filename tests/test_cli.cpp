@@ -242,6 +242,19 @@ TEST_CASE("empty values are refused, naming the flag") {
   check_refused({"--out="}, kLenet, "--out");
 }
 
+TEST_CASE("a path the system cannot open (too long, or a name in it too long) is refused, naming its start") {
+  const std::string long_path = "/tmp/" + std::string(5000, 'a');
+  check_refused({"--data-dir", long_path}, kLenet, "--data-dir: needs a directory, got a path of 5005 characters (/tmp/aaa");
+  check_refused({"--out", long_path}, kLenet, "at most 4095");
+  std::string deep = "/tmp";
+  for (int i = 0; i < 2100; ++i) deep += "/a";
+  check_refused({"--out", deep}, kLenet, "--out: needs a directory, got a path of 4204 characters");
+  check_refused({"--out", "/tmp/" + std::string(256, 'b') + "/x"}, kLenet,
+                "got a name of 256 characters in the path (/tmp/bbb");
+  const mgpu::ParseResult fits = mgpu::parse_options({"--out", "/tmp/" + std::string(255, 'b')}, kLenet);
+  CHECK(fits.error == "");
+}
+
 TEST_CASE("a flag without its value at the end of the line is refused") {
   check_refused({"--epochs"}, kLenet, "--epochs needs a value");
   check_refused({"--epochs", "3", "--lr"}, kLenet, "--lr needs a value");
