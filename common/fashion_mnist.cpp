@@ -249,8 +249,10 @@ std::string find_fashion_mnist(const std::string& data_dir_flag) {
   // An explicit --data-dir is the user's choice: use it or fail, never fall back silently.
   if (!data_dir_flag.empty()) {
     std::error_code ec;
-    if (!fs::is_directory(data_dir_flag, ec))
-      throw Error("--data-dir " + data_dir_flag + ": " + (ec ? "cannot be examined: " + ec.message() : "no such directory"));
+    const fs::file_status st = fs::status(data_dir_flag, ec);
+    if (st.type() == fs::file_type::not_found || (!ec && st.type() != fs::file_type::directory))
+      throw Error("--data-dir " + data_dir_flag + ": no such directory");
+    if (ec) throw Error("--data-dir " + data_dir_flag + ": cannot be examined: " + ec.message());
     return data_dir_flag;
   }
   std::vector<std::string> candidates;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <new>
 
 #include "backend.h"
 #include "check.h"
@@ -57,6 +58,14 @@ std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1 << 30));
   return buf;
+}
+
+std::string error_text(const std::exception& e) {
+  if (!dynamic_cast<const std::bad_alloc*>(&e)) return e.what();
+  const MemoryAvailable host = host_memory_available();
+  return "out of memory: an allocation failed (std::bad_alloc); this process could still get about " +
+         gib(double(host.bytes)) + " (" + host.source + "): a smaller run (--batch-size, --limit-train, --width, " +
+         "fewer --devices) needs less";
 }
 
 std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_device, const std::string& what,

@@ -3,6 +3,7 @@
 // std::bad_alloc.
 #pragma once
 #include <cstddef>
+#include <exception>
 #include <string>
 
 #include "device.h"
@@ -32,5 +33,10 @@ std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_devic
 
 // "12.3 GiB"
 std::string gib(double bytes);
+
+// What a program prints for an exception that ended it: its what(), but for std::bad_alloc,
+// whose what() says only "std::bad_alloc", a sentence: out of memory, and how much this process
+// could still get (host_memory_available: the machine's, or ulimit -v's, whichever is less).
+std::string error_text(const std::exception& e);
 
 }  // namespace mgpu

@@ -13,6 +13,21 @@
 
 namespace testing {
 
+// Built with a sanitizer? Sanitizers map shadow memory as a program allocates, and do not work
+// under a capped address space (AddressSanitizer also ends the program where an allocation fails,
+// instead of throwing std::bad_alloc): such builds leave the address-space caps out.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // A resource limit of this process, set for the scope of one check and restored after it.
 struct ScopedLimit {
   int resource;

@@ -304,23 +304,9 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
                        doctest::Contains("holds 1000 parameters, this model has 129068"), mgpu::Error);
 }
 
-// Sanitizers map shadow memory as a program allocates, and do not work under a capped address
-// space: built with one, the caps below are left out (the checks still run, unguarded).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 // At most `headroom` bytes more address space than now, for the scope of one check.
 std::optional<testing::ScopedLimit> memory_headroom(rlim_t headroom) {
-  if (kSanitized) return std::nullopt;
+  if (testing::kSanitized) return std::nullopt;  // (resource_limits.h says why)
   return std::optional<testing::ScopedLimit>(std::in_place, RLIMIT_AS, testing::address_space_now() + headroom);
 }
 

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "common/device.h"
 #include "common/memory.h"
@@ -45,3 +46,26 @@ TEST_CASE("memory_refusal: devices sharing the host need their bytes together, w
 #endif
 
 }  // namespace
+
+TEST_CASE("error_text: an exception's own words, but a sentence with the figures for std::bad_alloc") {
+  const mgpu::Error error("--data-dir x: no such directory");
+  CHECK(mgpu::error_text(error) == "--data-dir x: no such directory");
+  // A real failed allocation, not a made-up one: more than this process may map.
+  if (testing::kSanitized) {
+    MESSAGE("built with a sanitizer: no capped address space, no failed allocation to look at");
+    return;
+  }
+  std::string text;
+  {
+    const testing::ScopedLimit cap(RLIMIT_AS, testing::address_space_now() + (std::size_t(256) << 20));
+    try {
+      std::vector<char> huge(std::size_t(1) << 33);  // 8 GiB
+      huge[0] = 1;
+    } catch (const std::exception& e) {
+      text = mgpu::error_text(e);
+    }
+  }
+  CHECK(text.find("out of memory: an allocation failed (std::bad_alloc)") != std::string::npos);
+  CHECK(text.find("this process could still get about ") != std::string::npos);
+  CHECK(text.find("ulimit -v") != std::string::npos);  // the limit, as the source of the figure
+}

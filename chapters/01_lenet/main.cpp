@@ -10,6 +10,7 @@
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "train.h"  // train, profile_step: the epoch loop (train.cpp); the model in lenet.h
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     lenet::train(devices, data, o, log, graph);
     log.finish();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "01_lenet: error: %s\n", e.what());
+    std::fprintf(stderr, "01_lenet: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

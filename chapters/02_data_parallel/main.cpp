@@ -13,6 +13,7 @@
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "data_parallel.h"  // get_params, Allreduce, split_batch, train_batch: d2l 13.5
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
     if (mgpu::plot_runs(png, name + ": " + compared + " (" + mgpu::kBackendName + ")", runs))
       std::printf("wrote %s\n", png.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "02_data_parallel: error: %s\n", e.what());
+    std::fprintf(stderr, "02_data_parallel: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

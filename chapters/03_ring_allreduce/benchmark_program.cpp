@@ -381,7 +381,7 @@ int main_program(int argc, char** argv, const std::string& program, const Collec
     std::printf("every element of every allreduce checked: all correct\n");
     print_nccl_tests_footer(results, wrong);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

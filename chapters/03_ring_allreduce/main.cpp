@@ -9,6 +9,7 @@
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "compare.h"  // train_each, print_step_times: the ways to sum, side by side
 #include "ring.h"  // RingAllreduce: reduce-scatter + all-gather around a ring
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     ring::print_step_times(devices, data, o, ways);
     print_ring_timeline(devices);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "03_ring_allreduce: error: %s\n", e.what());
+    std::fprintf(stderr, "03_ring_allreduce: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

@@ -7,6 +7,7 @@
 
 #include "common/backend.h"  // kBackendName, kExitNotApplicable
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 
 #if MGPU_HAVE_NCCL
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   try {
     return run(chapter, o);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "04_nccl: error: %s\n", e.what());
+    std::fprintf(stderr, "04_nccl: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
 #else

@@ -13,6 +13,7 @@
 
 #include "collective.h"  // make_allreduce: MPI or NCCL between the ranks
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "options.h"  // the chapter's flags, and the settings every rank must agree on
@@ -216,7 +217,7 @@ int main(int argc, char** argv) {
     if (e.failed_here()) report(rank, e.what());
     return 1;
   } catch (const std::exception& e) {
-    fail(rank, e.what());
+    fail(rank, mgpu::error_text(e).c_str());
   } catch (...) {
     fail(rank, "an exception that is not a std::exception");
   }

@@ -8,6 +8,7 @@
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "train.h"  // MixedTrainer, train: the mixed-precision step and its epoch loop
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
       std::printf("wrote %s\n", csv.c_str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "06_mixed_precision: error: %s\n", e.what());
+    std::fprintf(stderr, "06_mixed_precision: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

@@ -15,6 +15,7 @@
 #include "common/batches.h"  // largest_batch, check_batches_fit
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "pipeline.h"  // Pipeline: stages on devices, GPipe and 1F1B schedules, the hybrid
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
     }
     log.finish();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "07_model_parallel: error: %s\n", e.what());
+    std::fprintf(stderr, "07_model_parallel: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

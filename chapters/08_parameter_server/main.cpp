@@ -14,6 +14,7 @@
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
+#include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "parameter_server.h"  // ParameterServer: shards, pull and push, bsp/asp/ssp
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
     print_summary(f, o, r);
     log.finish();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "08_parameter_server: error: %s\n", e.what());
+    std::fprintf(stderr, "08_parameter_server: error: %s\n", mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

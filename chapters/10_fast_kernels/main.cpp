@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kProgram, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", kProgram, mgpu::error_text(e).c_str());
     return 1;
   }
   return 0;

@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"      // prepare_app, parse, refuse_command_line: the chapters' conventions
+#include "common/memory.h"   // error_text
 #include "common/program.h"  // start_program
 #include "common/report.h"   // plot_runs, write_whole_file
 
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < runs.size(); ++i) mgpu::write_whole_file(runs[i].second, texts[i]);
     if (!mgpu::plot_runs(png.string(), title, runs)) return 1;  // gnuplot missing or failing: it said why
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), mgpu::error_text(e).c_str());
     return 1;
   }
   std::printf("wrote %s (and beside it the runs' CSVs and the gnuplot script %s)\n", png.string().c_str(),
