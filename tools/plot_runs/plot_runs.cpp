@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   mgpu::prepare_app(app);
   app.add_option("--out", out, "the picture to write, FOLDER/NAME.png (the folder is made if need be)")
       ->required()
-      ->check(mgpu::text("needs a file name ending in .png"));
+      ->check(mgpu::text("a file name ending in .png"));
   app.add_option("--title", title, "the picture's title (default: the labels)");
   app.add_option("runs", runs_given, "RUN.csv or RUN.csv=LABEL, one per run (a run's CSV as the chapters write it)")
       ->required();
