@@ -75,9 +75,8 @@ std::optional<std::uint64_t> chaos_seed() {
     // number too large for it as the largest it holds).
     const std::string digits = text;
     errno = 0;
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(text, &end, 10);
-    if (digits.find_first_not_of("0123456789") != std::string::npos || *end != '\0' || errno == ERANGE)
+    const unsigned long long value = std::strtoull(text, nullptr, 10);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE)
       throw Error("MGPU_CHAOS must be a seed, a whole number from 0 to " +
                   std::to_string(std::numeric_limits<std::uint64_t>::max()) + ", got '" + digits + "'");
     return value;

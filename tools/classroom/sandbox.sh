@@ -49,9 +49,8 @@ while [ "$#" -gt 0 ]; do
     --ro|--rw|--tmpfs|--chdir|--time|--memory|--file-size|--processes|--tmp-size|--output|--user)
       [ "$#" -ge 2 ] || { echo "sandbox.sh: $1 needs a value" >&2; exit 2; }
       case "$1" in
-        --ro) folder "$1" "$2"; binds+=(--ro-bind "$(realpath "$2")" "$(realpath "$2")"); targets+=("$(realpath "$2")") ;;
-        --rw) folder "$1" "$2"; binds+=(--bind "$(realpath "$2")" "$(realpath "$2")"); rw_dirs+=("$(realpath "$2")")
-              targets+=("$(realpath "$2")") ;;
+        --ro) folder "$1" "$2"; dir=$(realpath "$2"); binds+=(--ro-bind "$dir" "$dir"); targets+=("$dir") ;;
+        --rw) folder "$1" "$2"; dir=$(realpath "$2"); binds+=(--bind "$dir" "$dir"); rw_dirs+=("$dir"); targets+=("$dir") ;;
         --tmpfs) absolute "$1" "$2"; tmpfs_dirs+=("$2"); targets+=("$2") ;;  # made in the sandbox where it is not
         --chdir) absolute "$1" "$2"; chdir=$2 ;;
         --time) whole "$1" "$2"; time=$2 ;;
