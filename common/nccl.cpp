@@ -19,6 +19,10 @@ void allreduce(ncclComm_t comm, const Device& d, float* data, Elements n, ncclRe
   MGPU_CHECK_NCCL_COMM(ncclAllReduce(data, data, n.count, ncclFloat32, op, comm, d.stream), comm);
 }
 
+void broadcast(ncclComm_t comm, const Device& d, float* data, Elements n, int root) {
+  MGPU_CHECK_NCCL_COMM(ncclBroadcast(data, data, n.count, ncclFloat32, root, comm, d.stream), comm);
+}
+
 void close_communicator(ncclComm_t& comm, bool abort) noexcept {
   if (!comm) return;
   // Checked as every NCCL call is, but reported instead of thrown: this runs in destructors,

@@ -17,6 +17,10 @@ void check_nccl(ncclResult_t status, const char* call, const char* file, int lin
 // Queues an in-place allreduce of n floats on d's stream (inside a group or alone).
 void allreduce(ncclComm_t comm, const Device& d, float* data, Elements n, ncclRedOp_t op);
 
+// Queues an in-place broadcast of n floats on d's stream: every rank of comm's clique ends
+// holding rank `root`'s values (inside a group or alone).
+void broadcast(ncclComm_t comm, const Device& d, float* data, Elements n, int root);
+
 // Ends a communicator and sets it to nullptr; never throws (a failing call is reported on
 // stderr). Normally ncclCommFinalize (which
 // waits for the collectives still queued on it) then ncclCommDestroy. With `abort` (an error is

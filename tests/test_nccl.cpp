@@ -1,5 +1,5 @@
-// Chapter 04: NCCL's allreduce against the ring, element by element, and a training step with
-// ncclSum and with ncclAvg against one with the ring.
+// Chapter 04: NCCL's allreduce against the ring, element by element, a training step with
+// ncclSum and with ncclAvg against one with the ring, and the broadcast that starts DDP.
 //
 // In the cuda build with NCCL (skipped where no GPU answers): one rank per GPU. With one GPU the
 // comparisons run with k = 1, which still exercises every NCCL call but sums one term, so it
@@ -103,6 +103,59 @@ TEST_CASE("an error while the communicators live: they are aborted, the error co
   for (int i = 0; i < k; ++i) CHECK(data[i].download() == std::vector<float>(n, float(k)));
 }
 
+TEST_CASE("broadcast: every device ends with the root's values, for each root, in place; the root's own unchanged") {
+  const int k = nccl::usable_devices(4);
+  CAPTURE(k);
+  mgpu::DeviceSet devices(k);
+  const nccl::Communicators comms(devices);
+  mgpu::Rng rng(3);
+  for (std::size_t n : {std::size_t(1), std::size_t(lenet::flat_count())}) {
+    for (int root = 0; root < k; ++root) {
+      CAPTURE(n);
+      CAPTURE(root);
+      std::vector<std::vector<float>> host(k);
+      std::vector<mgpu::Buffer<float>> data;
+      std::vector<float*> pointers;
+      for (int i = 0; i < k; ++i) {  // every device starts from its own values, as unsynchronized replicas would
+        host[i] = random_floats(n, rng);
+        data.push_back(testing::on_device(devices[i], host[i]));
+        pointers.push_back(data.back().data());
+      }
+      nccl::broadcast(comms, devices, pointers, mgpu::Elements{n}, root);
+      devices.synchronize();
+      for (int i = 0; i < k; ++i) {
+        CAPTURE(i);
+        CHECK(data[i].download() == host[root]);  // a copy: bit for bit
+      }
+    }
+  }
+}
+
+TEST_CASE("broadcast: a root that is not a device, or a buffer too many or too few, is refused before NCCL is called") {
+  const int k = nccl::usable_devices(3);
+  mgpu::DeviceSet devices(k);
+  const nccl::Communicators comms(devices);
+  std::vector<mgpu::Buffer<float>> data;
+  std::vector<float*> pointers;
+  for (int i = 0; i < k; ++i) {
+    data.push_back(testing::on_device(devices[i], std::vector<float>(10, float(i))));
+    pointers.push_back(data.back().data());
+  }
+  const mgpu::Elements n{10};
+  CHECK_THROWS_WITH_AS(nccl::broadcast(comms, devices, pointers, n, k), doctest::Contains("root"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(nccl::broadcast(comms, devices, pointers, n, -1), doctest::Contains("root"), mgpu::Error);
+  std::vector<float*> one_short(pointers.begin(), pointers.end() - 1), one_more = pointers;
+  one_more.push_back(pointers[0]);
+  CHECK_THROWS_WITH_AS(nccl::broadcast(comms, devices, one_short, n, 0), doctest::Contains("per device"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(nccl::broadcast(comms, devices, one_more, n, 0), doctest::Contains("per device"), mgpu::Error);
+  // Nothing was sent by the refused calls; the communicators still work.
+  devices.synchronize();
+  for (int i = 0; i < k; ++i) CHECK(data[i].download() == std::vector<float>(10, float(i)));
+  nccl::broadcast(comms, devices, pointers, n, k - 1);
+  devices.synchronize();
+  for (int i = 0; i < k; ++i) CHECK(data[i].download() == std::vector<float>(10, float(k - 1)));
+}
+
 #if MGPU_CUDA
 TEST_CASE("NCCL refuses two ranks on one GPU, and says so before NCCL is called") {
   mgpu::DeviceSet devices(mgpu::gpu_count() + 1);  // round-robin: two devices share a GPU
@@ -110,7 +163,7 @@ TEST_CASE("NCCL refuses two ranks on one GPU, and says so before NCCL is called"
                        mgpu::Error);
 }
 #else
-TEST_CASE("the cpu build's NCCL stand-in refuses a call outside a group and a group missing a rank") {
+TEST_CASE("the cpu build's NCCL stand-in refuses calls outside a group and a group missing a rank") {
   // What a student's group_calls without the group, or with one call too few, meets here
   // (on a real NCCL: a hang, or not, depending on the version).
   mgpu::DeviceSet devices(2);
@@ -125,6 +178,9 @@ TEST_CASE("the cpu build's NCCL stand-in refuses a call outside a group and a gr
   MGPU_CHECK_NCCL(ncclCommInitAll(comms.data(), 2, devlist));
   CHECK_THROWS_WITH_AS(mgpu::allreduce(comms[0], devices[0], data[0].data(), mgpu::Elements{n}, ncclSum),
                        doctest::Contains("rank 0 of 2 outside ncclGroupStart/ncclGroupEnd"), mgpu::Error);
+  CHECK_THROWS_WITH_AS(mgpu::broadcast(comms[1], devices[1], data[1].data(), mgpu::Elements{n}, 0),
+                       doctest::Contains("ncclBroadcast for rank 1 of 2 outside ncclGroupStart/ncclGroupEnd"),
+                       mgpu::Error);
   MGPU_CHECK_NCCL(ncclGroupStart());
   mgpu::allreduce(comms[0], devices[0], data[0].data(), mgpu::Elements{n}, ncclSum);  // rank 1 never calls
   CHECK_THROWS_WITH_AS(MGPU_CHECK_NCCL(ncclGroupEnd()), doctest::Contains("rank(s) 1 of 2 made no ncclAllReduce"),

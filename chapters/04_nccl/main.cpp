@@ -11,13 +11,38 @@
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
 
 #if MGPU_HAVE_NCCL
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "../03_ring_allreduce/compare.h"  // chapter 03's comparison of ways to sum the gradients
 #include "../03_ring_allreduce/ring.h"     // the ring, NCCL's baseline here
-#include "nccl_allreduce.h"  // NcclAllreduce: ncclCommInitAll and grouped ncclAllReduce calls
+#include "nccl_allreduce.h"  // NcclAllreduce (ncclCommInitAll, grouped ncclAllReduce calls), broadcast
 
 namespace {
+
+// DDP's first step, shown on LeNet's parameters: each device makes its own start (seed + i, as
+// processes not told one seed would), then one ncclBroadcast gives every device device 0's, and
+// every element of every copy is checked. The trainings below need no broadcast: get_params
+// makes every replica from one host copy; chapter 05's processes each make their own.
+void show_first_broadcast(const mgpu::DeviceSet& devices, std::uint64_t seed) {
+  const nccl::Communicators comms(devices);
+  std::vector<lenet::Params> replicas;  // [k] flat: flat_count() floats each
+  mgpu::DeviceBuffers flat;
+  for (int i = 0; i < devices.size(); ++i) {
+    replicas.push_back(lenet::upload_params(devices[i], lenet::init_params(seed + i), lenet::Layout::Flat));
+    flat.push_back(replicas.back().flat());
+  }
+  nccl::broadcast(comms, devices, flat, mgpu::Elements{static_cast<std::size_t>(lenet::flat_count())}, /*root=*/0);
+  devices.synchronize();
+  const lenet::HostParams device0 = lenet::init_params(seed);
+  for (int i = 0; i < devices.size(); ++i)
+    if (replicas[i].download() != device0)
+      throw mgpu::Error("ncclBroadcast: device " + std::to_string(i) + "'s parameters differ from device 0's");
+  std::printf("ncclBroadcast: device 0's %lld starting parameters now on all %d device(s), every element checked\n",
+              static_cast<long long>(lenet::parameter_count()), devices.size());
+}
 
 int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
   const int k = nccl::usable_devices(o.devices);
@@ -31,6 +56,7 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
   std::printf("backend %s, NCCL %d.%d.%d, %d device(s)\n%s%s", mgpu::kBackendName, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
               k, devices.mapping().c_str(), mgpu::enable_peer_access(devices).c_str());
   const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
+  show_first_broadcast(devices, o.seed);
   std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
               data.test.count);
 

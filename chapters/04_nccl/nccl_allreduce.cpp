@@ -55,13 +55,32 @@ void group_calls(int k, const std::function<void(int i)>& call) {
 }
 
 void NcclAllreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
+  // BEGIN EXERCISE ex04.group_calls
   if (static_cast<int>(data.size()) != comms_.size()) throw mgpu::Error("NcclAllreduce: one buffer per device expected");
   const ncclRedOp_t op = reduction_ == Reduction::Sum ? ncclSum : ncclAvg;
   group_calls(devices_.size(), [&](int i) { mgpu::allreduce(comms_[i], devices_[i], data[i], n, op); });
+  // END EXERCISE ex04.group_calls
 }
 
 float NcclAllreduce::result_scale() const {
+  // BEGIN EXERCISE ex04.group_calls
   return reduction_ == Reduction::Sum ? 1.0f : 1.0f / static_cast<float>(comms_.size());
+  // END EXERCISE ex04.group_calls
+}
+
+void broadcast(const Communicators& comms, const mgpu::DeviceSet& devices, const mgpu::DeviceBuffers& data,
+               mgpu::Elements n, int root) {
+  // BEGIN EXERCISE ex04.broadcast
+  const int k = comms.size();
+  if (devices.size() != k || static_cast<int>(data.size()) != k)
+    throw mgpu::Error("broadcast: " + std::to_string(data.size()) + " buffers on " + std::to_string(devices.size()) +
+                      " devices for " + std::to_string(k) + " communicators; one of each per device expected");
+  if (root < 0 || root >= k)
+    throw mgpu::Error("broadcast: root " + std::to_string(root) + " is not one of the " + std::to_string(k) +
+                      " devices (0 to " + std::to_string(k - 1) + ")");
+  // One group, as for the allreduce: the root's call and the receivers' calls launch together.
+  group_calls(k, [&](int i) { mgpu::broadcast(comms[i], devices[i], data[i], n, root); });
+  // END EXERCISE ex04.broadcast
 }
 
 }  // namespace nccl

@@ -3,6 +3,7 @@
 //
 //   ncclCommInitAll     one communicator per GPU, all of them in one call (one process)
 //   ncclGroupStart/End  the k ncclAllReduce calls, one per GPU, as one operation
+//   ncclBroadcast       device 0's starting parameters on every GPU, as DDP begins
 //   ncclCommFinalize    flushes what is still queued, then ncclCommDestroy frees it
 //
 // Why the group: NCCL allows an ncclAllReduce call to wait until every other rank has joined
@@ -67,6 +68,13 @@ class NcclAllreduce : public mgpu::Collective {
 // group (the "why" above), every NCCL call checked. NcclAllreduce::run groups its k allreduces
 // with it; chapter 06's Nccl16Allreduce its k allreduces of 16-bit values.
 void group_calls(int k, const std::function<void(int i)>& call);
+
+// DDP's first step: every replica starts from one copy of the parameters. data[i] (n floats on
+// devices[i]) ends holding data[root]'s values, by one grouped in-place ncclBroadcast per
+// device; queued on each device's stream, no host wait. Throws, naming the numbers, where the
+// buffers, devices and communicators differ in number or `root` is not a device.
+void broadcast(const Communicators& comms, const mgpu::DeviceSet& devices, const mgpu::DeviceBuffers& data,
+               mgpu::Elements n, int root);
 
 // How many of `wanted` devices NCCL can use here: one per GPU (and at least one).
 int usable_devices(int wanted);

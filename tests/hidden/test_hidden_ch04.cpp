@@ -1,6 +1,7 @@
 // Chapter 04's hidden cases: group_calls (ex04.group_calls) on device counts, sizes and
-// operations the visible tests never use, and the communicators' life (ex04.communicators) on
-// 2 to 5 devices, made and dropped in turn. The cpu build runs them over the NCCL stand-in
+// operations the visible tests never use, the broadcast (ex04.broadcast) from a root and of
+// sizes they never use, and the communicators' life (ex04.communicators) on 2 to 5 devices,
+// made and dropped in turn. The cpu build runs them over the NCCL stand-in
 // (tests/nccl_standin/), which refuses a call outside a group and a group missing a rank; the
 // cuda build where two GPUs answer, over NCCL.
 #include <doctest/doctest.h>
@@ -98,6 +99,36 @@ TEST_CASE("hidden group_calls: each of the k calls made once, in order, inside o
     }
   }
   for (ncclComm_t& c : comms) mgpu::close_communicator(c, false);
+}
+
+TEST_CASE("hidden broadcast: 2 to 5 devices, the last device as the root, 1 to 100,003 elements, two in a row") {
+  for (int wanted = 2; wanted <= 5; ++wanted) {
+    const int k = nccl::usable_devices(wanted);
+    if (k < 2) continue;  // over one GPU a broadcast has nobody to reach
+    mgpu::DeviceSet devices(k);
+    const nccl::Communicators comms(devices);
+    for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(100003)}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      std::vector<mgpu::Buffer<float>> data;
+      std::vector<float*> pointers;
+      for (int i = 0; i < k; ++i) {
+        data.emplace_back(devices[i], n);
+        data.back().upload(inputs(i, n));
+        pointers.push_back(data.back().data());
+      }
+      // The last device's values to all, then device 1's (by then the last device's too):
+      // every buffer ends with the last device's inputs.
+      nccl::broadcast(comms, devices, pointers, mgpu::Elements{n}, k - 1);
+      nccl::broadcast(comms, devices, pointers, mgpu::Elements{n}, 1);
+      devices.synchronize();
+      const std::vector<float> want = inputs(k - 1, n);
+      for (int i = 0; i < k; ++i) {
+        CAPTURE(i);
+        CHECK(data[i].download() == want);
+      }
+    }
+  }
 }
 
 #if !MGPU_CUDA  // the stand-in counts the communicator calls; NCCL itself does not say

@@ -1,18 +1,21 @@
-// The cpu build's stand-in for NCCL, for one purpose: to run chapter 04's NcclAllreduce, and so
-// grade its exercise (ex04.group_calls), on a machine without GPUs. It is not NCCL: it has the
-// few calls chapter 04 and common/nccl.cpp make, with NCCL's names, types and return codes, over
-// the cpu build's devices (host memory, one stream each), and it sums on the host.
+// The cpu build's stand-in for NCCL, for one purpose: to run chapter 04's NcclAllreduce and
+// broadcast, and so grade its exercises (ex04.*), on a machine without GPUs. It is not NCCL: it
+// has the few calls chapter 04 and common/nccl.cpp make, with NCCL's names, types and return
+// codes, over the cpu build's devices (host memory, one stream each), and it sums (or copies)
+// on the host.
 //
 // What it keeps of NCCL is the rule the exercise is about. One thread drives every rank, so an
-// ncclAllReduce made outside ncclGroupStart/ncclGroupEnd with more than one rank may wait for
-// the other ranks' calls, which that thread makes only after it returns: on a real NCCL, a
-// deadlock (or not, depending on the version: chapter 04's exercise 2). The stand-in refuses that
-// call with ncclInvalidUsage and says why, and ncclGroupEnd refuses a group in which some rank of
-// a communicator made no call, or the ranks' counts or operations differ.
+// ncclAllReduce or ncclBroadcast made outside ncclGroupStart/ncclGroupEnd with more than one
+// rank may wait for the other ranks' calls, which that thread makes only after it returns: on a
+// real NCCL, a deadlock (or not, depending on the version: chapter 04's exercise 2). The
+// stand-in refuses that call with ncclInvalidUsage and says why, and ncclGroupEnd refuses a
+// group in which some rank of a communicator made no call, or the ranks' calls, counts,
+// operations or roots differ.
 //
 // How a group runs: ncclGroupEnd waits for each rank's stream (everything queued before the
-// call), then adds the ranks' buffers in rank order, in float, and writes every rank's result
-// before it returns; work queued afterwards comes after it, as on a GPU's stream.
+// call), then adds the ranks' buffers in rank order, in float (a broadcast: takes the root's),
+// and writes every rank's result before it returns; work queued afterwards comes after it, as
+// on a GPU's stream.
 //
 // Built only in the cpu build, and only into the test of chapter 04 (tests/CMakeLists.txt): no
 // program is linked with it, and MGPU_HAVE_NCCL stays undefined, so nothing else takes it for
@@ -56,6 +59,10 @@ ncclResult_t ncclGroupEnd();
 // Sum (ncclSum) or mean (ncclAvg) of count floats over the ranks, into every rank's recvbuff.
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, mgpu::StreamHandle stream);
+
+// Rank root's count floats into every rank's recvbuff (sendbuff is read on the root only).
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, mgpu::StreamHandle stream);
 
 // Not NCCL: the stand-in's count of the communicator calls made so far in this process, so that
 // a test can see a communicator's life (made; finalized and destroyed, or aborted) on a CPU.

@@ -22,13 +22,15 @@ struct ncclComm {
 
 namespace {
 
-// One ncclAllReduce call, queued by the group it was made in.
+// One ncclAllReduce or ncclBroadcast call, queued by the group it was made in.
 struct Call {
+  const char* name;  // "ncclAllReduce" or "ncclBroadcast"
   ncclComm_t comm;
   const float* send;
   float* recv;
   std::size_t count;
-  ncclRedOp_t op;
+  ncclRedOp_t op;  // ncclAllReduce's
+  int root;        // ncclBroadcast's
   mgpu::StreamHandle stream;
 };
 
@@ -45,7 +47,7 @@ ncclResult_t fail(ncclComm_t comm, ncclResult_t result, const std::string& why) 
 }
 
 // The calls of one clique, one per rank (checked), run: every rank's stream drained, then the
-// sum in rank order, then every rank's result written.
+// sum in rank order (or the root's values), then every rank's result written.
 ncclResult_t run_clique(const std::vector<Call>& calls) {
   const Call& first = calls.front();
   const int size = first.comm->clique->size;
@@ -53,11 +55,12 @@ ncclResult_t run_clique(const std::vector<Call>& calls) {
   for (const Call& c : calls) {
     if (!ranks.insert(c.comm->rank).second)
       return fail(c.comm, ncclInvalidUsage,
-                  "rank " + std::to_string(c.comm->rank) + " made two ncclAllReduce calls in one group");
-    if (c.count != first.count || c.op != first.op)
+                  "rank " + std::to_string(c.comm->rank) + " made two collective calls in one group");
+    if (std::string(c.name) != first.name || c.count != first.count || c.op != first.op || c.root != first.root)
       return fail(c.comm, ncclInvalidUsage,
-                  "the ranks of one ncclAllReduce differ in count or operation (rank " + std::to_string(c.comm->rank) +
-                      ": " + std::to_string(c.count) + " floats, rank " + std::to_string(first.comm->rank) + ": " +
+                  std::string("the ranks of one collective differ in call, count, operation or root (rank ") +
+                      std::to_string(c.comm->rank) + ": " + c.name + " of " + std::to_string(c.count) +
+                      " floats, rank " + std::to_string(first.comm->rank) + ": " + first.name + " of " +
                       std::to_string(first.count) + ")");
   }
   if (static_cast<int>(ranks.size()) != size) {
@@ -65,8 +68,8 @@ ncclResult_t run_clique(const std::vector<Call>& calls) {
     for (int r = 0; r < size; ++r)
       if (!ranks.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     return fail(first.comm, ncclInvalidUsage,
-                "ncclGroupEnd: rank(s) " + missing + " of " + std::to_string(size) +
-                    " made no ncclAllReduce in this group; a real NCCL would wait for them forever");
+                "ncclGroupEnd: rank(s) " + missing + " of " + std::to_string(size) + " made no " + first.name +
+                    " in this group; a real NCCL would wait for them forever");
   }
   for (const Call& c : calls) {
     try {
@@ -78,9 +81,12 @@ ncclResult_t run_clique(const std::vector<Call>& calls) {
   std::vector<float> result(first.count, 0.0f);
   for (int r = 0; r < size; ++r)
     for (const Call& c : calls)
-      if (c.comm->rank == r)
-        for (std::size_t j = 0; j < c.count; ++j) result[j] += c.send[j];
-  if (first.op == ncclAvg)
+      if (c.comm->rank == r) {
+        if (first.root >= 0 && r == first.root) result.assign(c.send, c.send + c.count);  // ncclBroadcast
+        if (first.root < 0)
+          for (std::size_t j = 0; j < c.count; ++j) result[j] += c.send[j];
+      }
+  if (first.root < 0 && first.op == ncclAvg)
     for (float& v : result) v /= static_cast<float>(size);
   for (const Call& c : calls)
     for (std::size_t j = 0; j < c.count; ++j) c.recv[j] = result[j];
@@ -157,21 +163,45 @@ ncclResult_t ncclGroupEnd() {
   return ncclSuccess;
 }
 
+namespace {
+
+// Queues `call` in this thread's group, or runs it at once where it has nobody to wait for.
+ncclResult_t queue_or_run(const Call& call) {
+  if (group_depth > 0) {
+    group_calls.push_back(call);
+    return ncclSuccess;
+  }
+  if (call.comm->clique->size > 1)
+    return fail(call.comm, ncclInvalidUsage,
+                std::string(call.name) + " for rank " + std::to_string(call.comm->rank) + " of " +
+                    std::to_string(call.comm->clique->size) +
+                    " outside ncclGroupStart/ncclGroupEnd: it may wait for the other ranks' calls, which this thread "
+                    "makes only after it returns (a deadlock on a real NCCL; the cpu build's stand-in refuses "
+                    "instead of hanging)");
+  return run_clique({call});  // one rank: nothing to wait for
+}
+
+}  // namespace
+
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, mgpu::StreamHandle stream) {
   if (!comm) return fail(nullptr, ncclInvalidArgument, "ncclAllReduce: no communicator");
   if (datatype != ncclFloat32 || (op != ncclSum && op != ncclAvg) || !stream || (count > 0 && (!sendbuff || !recvbuff)))
     return fail(comm, ncclInvalidArgument, "ncclAllReduce: the cpu stand-in takes float32 buffers, ncclSum or ncclAvg");
-  const Call call{comm, static_cast<const float*>(sendbuff), static_cast<float*>(recvbuff), count, op, stream};
-  if (group_depth > 0) {
-    group_calls.push_back(call);
-    return ncclSuccess;
-  }
-  if (comm->clique->size > 1)
-    return fail(comm, ncclInvalidUsage,
-                "ncclAllReduce for rank " + std::to_string(comm->rank) + " of " + std::to_string(comm->clique->size) +
-                    " outside ncclGroupStart/ncclGroupEnd: it may wait for the other ranks' calls, which this thread "
-                    "makes only after it returns (a deadlock on a real NCCL; the cpu build's stand-in refuses "
-                    "instead of hanging)");
-  return run_clique({call});  // one rank: nothing to wait for
+  return queue_or_run(Call{"ncclAllReduce", comm, static_cast<const float*>(sendbuff), static_cast<float*>(recvbuff),
+                           count, op, /*root=*/-1, stream});
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, mgpu::StreamHandle stream) {
+  if (!comm) return fail(nullptr, ncclInvalidArgument, "ncclBroadcast: no communicator");
+  if (datatype != ncclFloat32 || !stream || (count > 0 && !recvbuff) ||
+      (count > 0 && comm->rank == root && !sendbuff))
+    return fail(comm, ncclInvalidArgument, "ncclBroadcast: the cpu stand-in takes float32 buffers");
+  if (root < 0 || root >= comm->clique->size)
+    return fail(comm, ncclInvalidArgument,
+                "ncclBroadcast: root " + std::to_string(root) + " is not a rank of " +
+                    std::to_string(comm->clique->size));
+  return queue_or_run(Call{"ncclBroadcast", comm, static_cast<const float*>(sendbuff), static_cast<float*>(recvbuff),
+                           count, ncclSum, root, stream});
 }
