@@ -30,6 +30,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "common/cli.h"      // prepare_app, parse, text, refuse_command_line: the chapters' conventions
+#include "common/program.h"  // start_program
 #include "handouts.h"
 #include "holes.h"
 #include "near_copies.h"
@@ -38,24 +42,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kUsage =
-    "usage: student_copy --to DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
-    "       student_copy --list [--from SOURCE]\n"
-    "       student_copy --handouts DIR [--from SOURCE] [--only EXERCISE[,EXERCISE...]]\n"
-    "       student_copy --find-answers COPY [--from SOURCE]\n"
-    "Writes a copy of the repository at SOURCE (default: the one this program was built from)\n"
-    "into DIR, a folder that must not exist or be empty (or be a copy this program left\n"
+// What --help says above the flags.
+const char* kAbout =
+    "Writes a copy of the repository at --from (default: the one this program was built from)\n"
+    "into --to DIR, a folder that must not exist or be empty (or be a copy this program left\n"
     "unfinished), with each exercise's marked region replaced by a hole that stops the\n"
-    "program with a message naming the exercise.\n"
-    "INSTRUCTOR.md files (answer keys), tests/hidden/ and the rubrics' hidden lines (the\n"
-    "teacher's hidden cases), .git, build folders and results/ are left out; handouts/ holds\n"
-    "one handout per assignment, made from tools/classroom/rubrics/.\n"
-    "  --only      make holes of these exercises only (the others stay solved)\n"
-    "  --list      print every exercise and where its regions are, and write nothing\n"
-    "  --handouts  write only the handouts (as the copy would hold them) into DIR, and nothing else\n"
-    "  --find-answers  search every file of the student copy COPY for a near copy of the answer of\n"
-    "              each of its holes (status 1 when one holds an answer, 0 when none does)\n";
+    "program with a message naming the exercise. INSTRUCTOR.md files (answer keys),\n"
+    "tests/hidden/ and the rubrics' hidden lines (the teacher's hidden cases), .git, build\n"
+    "folders and results/ are left out; handouts/ holds one handout per assignment, made from\n"
+    "tools/classroom/rubrics/. Give one of --to, --list, --handouts and --find-answers.";
 
+// A command line that names a copy, but not one this program can make: refused as a bad flag
+// is (mgpu::refuse_command_line: the reason, "run with --help", status 2).
 struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -324,38 +322,40 @@ int find_answers(const fs::path& source, const fs::path& copy) {
 }
 
 int run(int argc, char** argv) {
-  fs::path source = MGPU_SOURCE_DIR, destination, handouts_dir, searched;
-  std::set<std::string> only;
+  std::string from = MGPU_SOURCE_DIR, to, handouts, find_in, only_list;
   bool list = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Usage(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--to") {
-      destination = value();
-    } else if (arg == "--from") {
-      source = value();
-    } else if (arg == "--only") {
-      std::istringstream names(value());
-      for (std::string name; std::getline(names, name, ',');)
-        if (!name.empty()) only.insert(name);
-    } else if (arg == "--list") {
-      list = true;
-    } else if (arg == "--handouts") {
-      handouts_dir = value();
-    } else if (arg == "--find-answers") {
-      searched = value();
-    } else {
-      throw Usage("unknown option '" + arg + "'");
-    }
+  CLI::App app{kAbout, "student_copy"};
+  mgpu::prepare_app(app);  // the chapters' conventions: -h, and a flag given twice keeps its last value
+  app.add_option("--to", to, "write the student copy into DIR")->type_name("DIR")->check(mgpu::text("a folder"));
+  app.add_option("--from", from, "the repository to copy (default: the one this program was built from)")
+      ->type_name("SOURCE")
+      ->check(mgpu::text("a folder"));
+  app.add_option("--only", only_list, "make holes of these exercises only (the others stay solved)")
+      ->type_name("EXERCISE[,EXERCISE...]")
+      ->check(mgpu::text("exercises' names, separated by commas"));
+  app.add_flag("--list", list, "print every exercise and where its regions are, and write nothing");
+  app.add_option("--handouts", handouts, "write only the handouts (as the copy would hold them) into DIR")
+      ->type_name("DIR")
+      ->check(mgpu::text("a folder"));
+  app.add_option("--find-answers", find_in,
+                 "search every file of the student copy COPY for a near copy of the answer of each of its "
+                 "holes (status 1 when one holds an answer, 0 when none does)")
+      ->type_name("COPY")
+      ->check(mgpu::text("a student copy's folder"));
+  const mgpu::Parsed parsed = mgpu::parse(app, std::vector<std::string>(argv + 1, argv + argc));
+  if (parsed.help) {
+    std::cout << app.help();
+    return 0;
   }
-  if (int(list) + int(!destination.empty()) + int(!handouts_dir.empty()) + int(!searched.empty()) != 1)
+  if (!parsed.error.empty()) throw Usage(parsed.error);
+  if (int(list) + int(!to.empty()) + int(!handouts.empty()) + int(!find_in.empty()) != 1)
     throw Usage("give one of --to DIR, --list, --handouts DIR or --find-answers COPY");
+  std::set<std::string> only;
+  std::istringstream names(only_list);
+  for (std::string name; std::getline(names, name, ',');)
+    if (!name.empty()) only.insert(name);
+  fs::path source = from;
+  const fs::path destination = to, handouts_dir = handouts, searched = find_in;
   if (!fs::is_directory(source / "chapters")) throw Usage("--from " + source.string() + ": not this repository");
   source = fs::canonical(source);
   if (!searched.empty()) {
@@ -431,11 +431,11 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mgpu::start_program(argv);  // line-buffered output, and a failed write of it fails the program
   try {
     return run(argc, argv);
   } catch (const Usage& e) {
-    std::cerr << "student_copy: " << e.what() << "\n" << kUsage;
-    return 2;
+    mgpu::refuse_command_line("student_copy", e.what());
   } catch (const std::exception& e) {  // marker errors, files that cannot be read or written
     std::cerr << "student_copy: " << e.what() << "\n";
     return 1;
