@@ -15,8 +15,11 @@
 # The student copy is built (cpu backend) in a scratch folder, removed afterwards: about two
 # minutes on two cores, and --each about ten seconds more per exercise whose checks stopped at
 # another exercise's hole (its copy is rebuilt with only its own hole).
-# ctest runs this as classroom_kit (label "classroom"). Exit status 0 when all holds, 1 when not.
+# ctest runs this as classroom_kit (label "classroom"). Exit status 0 when all holds, 1 when not,
+# 77 (skipped) where jq is missing.
 set -euo pipefail
+# tools/grade.sh reads ctest's list of tests and writes its JSON with jq: without it, skipped (77).
+command -v jq >/dev/null || { echo "SKIPPED: needs jq, which tools/grade.sh uses (apt-get install jq)"; exit 77; }
 
 usage="usage: tools/check_classroom_kit.sh BUILD_DIR [--each]"
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then echo "$usage"; exit 0; fi
@@ -63,7 +66,8 @@ echo "== the student copy: the teacher's hidden cases are left out, a handout pe
 if grep -Eq '^[[:space:]]*hidden[[:space:]]' "$copy"/tools/classroom/rubrics/*.rubric; then
   fail "a rubric in the student copy names a hidden case"
 fi
-if ctest --test-dir "$copy/build" -N -L '^hidden$' | grep -q 'Test *#'; then fail "the student copy registers a hidden case"; fi
+hidden_cases=$(ctest --test-dir "$copy/build" --show-only=json-v1 -L '^hidden$' | jq '.tests | length')
+[ "$hidden_cases" = 0 ] || fail "the student copy registers $hidden_cases hidden case(s)"
 for rubric in "$root"/tools/classroom/rubrics/*.rubric; do
   handout="$copy/handouts/$(basename "$rubric" .rubric).md"
   [ -s "$handout" ] || fail "no handout $handout for $(basename "$rubric")"
@@ -154,8 +158,8 @@ if [ "$each" = --each ]; then
       cmp -s "$scratch/one/$f" "$copy/$f" || cp "$scratch/one/$f" "$copy/$f"
     done
     # Only the suites its checks run are rebuilt (the copy's programs its ctest case names), not the chapters.
-    mapfile -t suites < <(ctest --test-dir "$copy/build" -N -V -R "^${name//./\\.}\$" | grep 'Test command:' |
-                          grep -o "$copy/build/[A-Za-z0-9_/]*" | xargs -r -n 1 basename | sort -u)
+    mapfile -t suites < <(ctest --test-dir "$copy/build" --show-only=json-v1 -R "^${name//./\\.}\$" |
+                          jq -r '.tests[].command[0]' | grep "^$copy/build/" | xargs -r -n 1 basename | sort -u)
     [ "${#suites[@]}" -gt 0 ] || fail "$name alone: its ctest case names no program of the copy"
     targets=()
     for suite in "${suites[@]}"; do targets+=(--target "$suite"); done

@@ -63,6 +63,10 @@ if [ -n "$runner" ] && [ ! -x "$runner" ]; then
   echo "grade.sh: --runner '$runner': not an executable file" >&2
   exit 2
 fi
+if ! command -v jq >/dev/null; then
+  echo "grade.sh: needs jq, which reads ctest's list of tests and writes points.json: apt-get install jq" >&2
+  exit 2
+fi
 if [ ! -f "$build/CTestTestfile.cmake" ]; then
   echo "grade.sh: $build is not a configured build folder: run the README's build command first" >&2
   exit 2
@@ -127,19 +131,21 @@ for folder in "$build/Testing/Temporary" "$build/grade"; do
   fi
 done
 
-# "  Test  #12: ex01.softmax_gradient" -> ex01.softmax_gradient, in the order of the chapters
-if ! listing=$(ctest --test-dir "$build" -N -L '^exercise$' 2>&1); then
-  printf '%s\n' "$listing" >&2
+# The tests, from ctest's own JSON (`--show-only=json-v1`), in the order of the chapters: the
+# exercises (labelled "exercise") and every test the build has.
+if ! listing=$(ctest --test-dir "$build" --show-only=json-v1 2>"$build/grade/ctest-list.err") ||
+  ! jq -e '.tests' >/dev/null 2>&1 <<<"$listing"; then
+  cat "$build/grade/ctest-list.err" >&2
   echo "grade.sh: ctest cannot list the tests of $build (its message above): nothing was graded" >&2
   exit 2
 fi
-mapfile -t exercises < <(sed -n 's/^ *Test *#[0-9]*: *//p' <<<"$listing")
+mapfile -t exercises < <(jq -r '.tests[] | select(any(.properties[]?; .name == "LABELS" and any(.value[]; . == "exercise"))) | .name' <<<"$listing")
 if [ "${#exercises[@]}" -eq 0 ]; then
   echo "grade.sh: $build has no exercise tests: ctest lists none labelled 'exercise' (was it configured without doctest?)" >&2
   exit 2
 fi
 declare -A in_build
-while IFS= read -r name; do in_build[$name]=1; done < <(ctest --test-dir "$build" -N 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: *//p')
+while IFS= read -r name; do in_build[$name]=1; done < <(jq -r '.tests[].name' <<<"$listing")
 
 timeout_args=()
 [ -n "$timeout" ] && timeout_args=(--timeout "$timeout")
@@ -200,31 +206,19 @@ if [ "${#graded_assignment[@]}" -eq 0 ]; then
   [ "$failed" -eq 0 ]
   exit
 fi
-json_string() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
-csv="$build/grade/points.csv" json="$build/grade/points.json"
+csv="$build/grade/points.csv" json="$build/grade/points.json" rows="$build/grade/points.jsonl"
 echo "student,assignment,exercise,case,visibility,points_earned,points_possible,status" >"$csv" || exit 3
-{
-  printf '{\n  "student": %s,\n  "assignments": [' "$(json_string "$student")"
-} >"$json" || exit 3
+: >"$rows" || exit 3
 total_earned=0 total_possible=0 not_graded=0 not_graded_points=0 case_failed=0
-first_assignment=1
 echo
 printf '%-48s %-26s %s\n' "points" status points
 for assignment in "${assignments[@]}"; do
   [ -n "${graded_assignment[$assignment]:-}" ] || continue
   echo "== $assignment: ${title[$assignment]}"
-  a_earned=0 a_possible=0 current="" e_earned=0 e_possible=0 exercise_json="" first_exercise=1
-  [ "$first_assignment" -eq 1 ] || printf ',' >>"$json"
-  first_assignment=0
-  printf '\n    {"assignment": %s, "title": %s, "exercises": [' "$(json_string "$assignment")" \
-    "$(json_string "${title[$assignment]}")" >>"$json"
+  a_earned=0 a_possible=0 current="" e_earned=0 e_possible=0
   close_exercise() {
     [ -n "$current" ] || return 0
     printf '   %-45s %-26s %3d of %d\n' "$current" "exercise (${minutes[$current]} min)" "$e_earned" "$e_possible"
-    [ "$first_exercise" -eq 1 ] || printf ',' >>"$json"
-    first_exercise=0
-    printf '\n      {"exercise": %s, "minutes": %s, "points_earned": %d, "points_possible": %d, "cases": [%s\n      ]}' \
-      "$(json_string "$current")" "${minutes[$current]}" "$e_earned" "$e_possible" "$exercise_json" >>"$json"
     a_earned=$((a_earned + e_earned)) a_possible=$((a_possible + e_possible))
   }
   for row in "${cases[@]}"; do
@@ -232,7 +226,7 @@ for assignment in "${assignments[@]}"; do
     [ "$in_assignment" = "$assignment" ] || continue
     if [ "$exercise" != "$current" ]; then
       close_exercise
-      current=$exercise e_earned=0 e_possible=0 exercise_json=""
+      current=$exercise e_earned=0 e_possible=0
     fi
     if [ -z "${in_build[$case]:-}" ] && [ "$all_cases" -eq 1 ]; then
       outcome=failed why="not in this build"
@@ -256,16 +250,35 @@ for assignment in "${assignments[@]}"; do
     e_earned=$((e_earned + earned)) e_possible=$((e_possible + possible))
     printf '%s,%s,%s,%s,%s,%d,%d,%s\n' "$student" "$assignment" "$exercise" "$case" "$visibility" "$earned" "$possible" \
       "$outcome" >>"$csv"
-    [ -z "$exercise_json" ] || exercise_json+=","
-    exercise_json+=$(printf '\n        {"case": %s, "visibility": "%s", "points_earned": %d, "points_possible": %d, "status": "%s", "what": %s}' \
-      "$(json_string "$case")" "$visibility" "$earned" "$possible" "$outcome" "$(json_string "$what")")
+    # The same row for the JSON, one object a line: jq quotes every text (the rubric's "what" may
+    # hold anything a line can).
+    jq -nc --arg assignment "$assignment" --arg title "${title[$assignment]}" --arg exercise "$exercise" \
+      --argjson minutes "${minutes[$exercise]}" --arg case "$case" --arg visibility "$visibility" \
+      --argjson earned "$earned" --argjson possible "$possible" --arg status "$outcome" --arg what "$what" \
+      '{$assignment, $title, $exercise, $minutes, $case, $visibility, points_earned: $earned,
+        points_possible: $possible, $status, $what}' >>"$rows" || exit 3
   done
   close_exercise
-  printf '\n    ], "points_earned": %d, "points_possible": %d}' "$a_earned" "$a_possible" >>"$json"
   printf '%-48s %-26s %3d of %d\n' "$assignment" assignment "$a_earned" "$a_possible"
   total_earned=$((total_earned + a_earned)) total_possible=$((total_possible + a_possible))
 done
-printf '\n  ],\n  "points_earned": %d,\n  "points_possible": %d\n}\n' "$total_earned" "$total_possible" >>"$json"
+# points.json: the rows nested as assignments > exercises > cases, in the rubrics' order (runs of
+# equal names, as the rows come), each level with its sums.
+jq -s --arg student "$student" '
+  def runs(f): reduce .[] as $x ([]; if length > 0 and (.[length - 1][0] | f) == ($x | f)
+                                     then .[length - 1] += [$x] else . + [[$x]] end);
+  def earned: map(.points_earned) | add // 0;
+  def possible: map(.points_possible) | add // 0;
+  {student: $student,
+   assignments: [runs(.assignment)[] as $a | {
+     assignment: $a[0].assignment, title: $a[0].title,
+     exercises: [$a | runs(.exercise)[] as $e | {
+       exercise: $e[0].exercise, minutes: $e[0].minutes,
+       points_earned: ($e | earned), points_possible: ($e | possible),
+       cases: [$e[] | {case, visibility, points_earned, points_possible, status, what}]}],
+     points_earned: ($a | earned), points_possible: ($a | possible)}],
+   points_earned: earned, points_possible: possible}' "$rows" >"$json" || exit 3
+rm -f -- "$rows"
 for name in "${exercises[@]}"; do
   [ -n "${in_rubric[$name]:-}" ] || echo "$name: no rubric gives it points"
 done

@@ -2,7 +2,8 @@
 # tools/grade.sh says what went wrong: a build folder it cannot write in is named as such
 # (status 3) and no exercise is marked failed, since none ran; so is a log it cannot write
 # midway; a folder that is not configured, that ctest cannot read, or that has no exercise
-# tests is told apart from it (status 2); a writable one is graded as before.
+# tests is told apart from it (status 2), and so is a machine without jq; a writable one is
+# graded as before.
 #
 #   grade_messages.sh      (a second or two)
 #
@@ -14,6 +15,8 @@
 # parent is a regular file (BUILD_DIR/grade, or BUILD_DIR/Testing, made a file), where no one,
 # root included, can make a file. Exit status 0 passed, 1 failed.
 set -euo pipefail
+# tools/grade.sh reads ctest's list of tests and writes its JSON with jq: without it, skipped (77).
+command -v jq >/dev/null || { echo "SKIPPED: needs jq, which tools/grade.sh uses (apt-get install jq)"; exit 77; }
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 grade="$repo_root/tools/grade.sh"
@@ -91,6 +94,16 @@ echo "-- not a configured build folder: said so (status 2)"
 mkdir "$work/empty"
 run not_configured "$work/empty"
 expect not_configured 2 "is not a configured build folder" "cannot write|doctest"
+
+echo "-- no jq on the PATH: said so, with the package to install (status 2), nothing graded"
+fake_build "$work/no_jq"
+mkdir "$work/bin_without_jq"
+for tool in dirname ctest mktemp rm mkdir grep sed cat; do  # what grade.sh calls, jq left out
+  ln -s "$(command -v "$tool")" "$work/bin_without_jq/$tool"
+done
+status=0
+PATH="$work/bin_without_jq" "$BASH" "$grade" "$work/no_jq" >"$work/no_jq.out" 2>&1 || status=$?
+expect no_jq 2 "grade\.sh: needs jq, .*apt-get install jq" "score:|FAILED"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed"

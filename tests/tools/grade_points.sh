@@ -10,6 +10,8 @@
 # The build folders are made here: a CTestTestfile.cmake whose tests are `true`, `false` and
 # `sleep`, which ctest reads as it reads a configured build's, and rubrics of their own.
 set -euo pipefail
+# tools/grade.sh reads ctest's list of tests and writes its JSON with jq: without it, skipped (77).
+command -v jq >/dev/null || { echo "SKIPPED: needs jq, which tools/grade.sh uses (apt-get install jq)"; exit 77; }
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 grade="$repo_root/tools/grade.sh"
@@ -38,7 +40,7 @@ cat >"$work/rubrics/01_small.rubric" <<'R'
 assignment A small assignment
 given nothing much
 exercise ex01.a 10
-  case ex01.a 3 it passes
+  case ex01.a 3 it "passes" \ as	it should
 exercise ex01.b 20
   case ex01.b:part1 2 this half passes
   case ex01.b:part2 4 this half fails
@@ -73,17 +75,20 @@ grep -qx 's1,01_small,ex01.b,ex01.b:part1,visible,2,2,passed' "$csv" || fail "th
 grep -qx 's1,01_small,ex01.b,ex01.b:slow,visible,0,1,timeout' "$csv" || fail "the CSV's row of ex01.b:slow"
 grep -qx 's1,01_small,ex01.b,ex01.b:hidden_other,hidden,0,0,missing' "$csv" || fail "the CSV's row of the hidden case"
 [ "$(awk -F, 'NR > 1 { e += $6; p += $7 } END { print e "/" p }' "$csv")" = "5/10" ] || fail "the CSV's sums are not the total"
-if command -v python3 >/dev/null; then
-  python3 - "$build/grade/points.json" <<'PY' || fail "the JSON"
-import json, sys
-d = json.load(open(sys.argv[1]))
-assert d["student"] == "s1" and d["points_earned"] == 5 and d["points_possible"] == 10, d
-a = d["assignments"][0]
-assert a["assignment"] == "01_small" and a["title"] == "A small assignment", a
-assert [e["points_earned"] for e in a["exercises"]] == [3, 2, 0], a
-assert [c["status"] for c in a["exercises"][1]["cases"]] == ["passed", "failed", "timeout", "missing"], a
-PY
-fi
+# The JSON, read back by jq (which grade.sh needs): the sums at each level, the order of the
+# rubric, and a "what" with quotes, a backslash and a tab kept as written.
+json="$build/grade/points.json"
+check_json() {  # JQ_EXPRESSION WHAT: the expression must be true of the JSON
+  jq -e "$1" "$json" >/dev/null || fail "the JSON: $2 ($1)"
+}
+check_json '.student == "s1" and .points_earned == 5 and .points_possible == 10' "the student and the totals"
+check_json '.assignments[0] | .assignment == "01_small" and .title == "A small assignment"' "the assignment"
+check_json '[.assignments[0].exercises[] | .exercise] == ["ex01.a", "ex01.b", "ex01.c"]' "the exercises in the rubric's order"
+check_json '[.assignments[0].exercises[] | .points_earned] == [3, 2, 0]' "the exercises' points"
+check_json '[.assignments[0].exercises[1].cases[] | .status] == ["passed", "failed", "timeout", "missing"]' "the cases' statuses"
+check_json '.assignments[0].exercises[0].cases[0].what == "it \"passes\" \\ as\tit should"' "a what with quotes, a backslash and a tab"
+check_json '.assignments[0].exercises[1].minutes == 20' "the minutes"
+[ ! -e "$build/grade/points.jsonl" ] || fail "the JSON's rows were left behind"
 
 echo "-- a rubric with a mistake: named with its line, nothing graded (status 2)"
 mkdir "$work/bad"

@@ -14,10 +14,13 @@ rubrics="$root/tools/classroom/rubrics"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-mapfile -t marked < <(ctest --test-dir "$build" -N -L '^exercise$' | sed -n 's/^ *Test *#[0-9]*: *//p')
+# The build's tests from ctest's own JSON (as tools/grade.sh reads them).
+command -v jq >/dev/null || { echo "SKIPPED: needs jq, which tools/grade.sh uses (apt-get install jq)"; exit 77; }
+listing=$(ctest --test-dir "$build" --show-only=json-v1)
+mapfile -t marked < <(jq -r '.tests[] | select(any(.properties[]?; .name == "LABELS" and any(.value[]; . == "exercise"))) | .name' <<<"$listing")
 [ "${#marked[@]}" -gt 0 ] || { echo "FAIL: $build lists no exercise test"; exit 1; }
 declare -A in_build
-while IFS= read -r t; do in_build[$t]=1; done < <(ctest --test-dir "$build" -N | sed -n 's/^ *Test *#[0-9]*: *//p')
+while IFS= read -r t; do in_build[$t]=1; done < <(jq -r '.tests[].name' <<<"$listing")
 declare -A rubric_exercise visible
 while read -r file kind name _; do
   case "$kind" in

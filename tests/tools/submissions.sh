@@ -17,6 +17,8 @@
 #
 #   submissions.sh STUDENT_COPY      (about half a minute: one submission waits for its time limit)
 set -euo pipefail
+# tools/grade.sh reads ctest's list of tests and writes its JSON with jq: without it, skipped (77).
+command -v jq >/dev/null || { echo "SKIPPED: needs jq, which tools/grade.sh uses (apt-get install jq)"; exit 77; }
 
 student_copy=$(realpath "${1:?usage: submissions.sh STUDENT_COPY}")
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
