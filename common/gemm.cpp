@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "memory.h"   // BlasRoom
 #include "profile.h"
 
 #if !MGPU_CUDA
@@ -115,7 +116,11 @@ void gemm(const Device& d, Transpose ta, Transpose tb, int M, int N, int K, floa
     // that, so two devices' workers must not do it at the same time.
     static std::mutex one_multithreaded_call_at_a_time;
     std::unique_lock<std::mutex> lock(one_multithreaded_call_at_a_time, std::defer_lock);
-    if (!omp_in_parallel() && omp_get_max_threads() > 1) lock.lock();
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (threads > 1) lock.lock();
+    // OpenBLAS may map a buffer for a product more than ever computed at once, and a mapping
+    // that fails would hang it: under ulimit -v the room is asked for first (common/memory.h).
+    const BlasRoom room;
     run_timed(profile, call, [&] { cblas_sgemm(CblasRowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   });
 #endif

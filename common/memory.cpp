@@ -1,14 +1,19 @@
 #include "memory.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>  // program_invocation_short_name
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <new>
+#include <thread>
 
 #include "backend.h"
 #include "check.h"
@@ -52,6 +57,88 @@ MemoryAvailable gpu_memory_available([[maybe_unused]] int gpu) {
 #else
   throw Error("gpu_memory_available: this is not a cuda build");
 #endif
+}
+
+namespace {
+
+// Products computing now, the most that ever did at once (OpenBLAS has a buffer for each), and
+// when one last began or ended: what BlasRoom counts, under a finite ulimit -v only.
+struct BlasProducts {
+  std::mutex mutex;
+  int running = 0, most = 0;
+  std::chrono::steady_clock::time_point last_change;
+};
+BlasProducts blas_products;
+
+bool address_space_limited() {
+  static const bool limited = [] {
+    rlimit limit{};
+    return getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  }();
+  return limited;
+}
+
+// The safety net under the check in BlasRoom, for what its count of buffers misses (a mapping
+// made by another thread between the check and OpenBLAS's own): a thread that looks once a
+// second, and where products are running, none has begun or ended for 10 s and the address
+// space left has no room for one more buffer, takes it for OpenBLAS's endless retry, says so
+// and ends the program (status 1) instead of leaving it hanging.
+void watch_for_a_product_stuck_in_openblas() {
+  std::thread([] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      int running = 0;
+      double quiet_s = 0;
+      {
+        std::lock_guard<std::mutex> lock(blas_products.mutex);
+        running = blas_products.running;
+        quiet_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - blas_products.last_change).count();
+      }
+      if (running == 0 || quiet_s < 10) continue;
+      const MemoryAvailable left = host_memory_available();
+      if (left.bytes >= kBlasBufferBytes) continue;
+      std::fprintf(stderr,
+                   "%s: error: %d matrix product(s) have waited %.0f s inside OpenBLAS, and %s is %zu MB: "
+                   "too little for its %zu MB buffers, which Debian's OpenBLAS 0.3.21 then waits for forever "
+                   "(OpenMathLib/OpenBLAS#5289); raise ulimit -v, or run fewer --devices\n",
+                   program_invocation_short_name, running, quiet_s, left.source.c_str(), left.bytes >> 20,
+                   kBlasBufferBytes >> 20);
+      std::_Exit(1);  // the stuck thread cannot be stopped, nor exit() run past it
+    }
+  }).detach();
+}
+
+}  // namespace
+
+BlasRoom::BlasRoom() {
+  if (!address_space_limited()) return;
+  static std::once_flag watching;
+  std::call_once(watching, watch_for_a_product_stuck_in_openblas);
+  std::lock_guard<std::mutex> lock(blas_products.mutex);
+  if (blas_products.running + 1 > blas_products.most) {
+    const std::size_t bytes = kBlasBufferBytes;
+    void* room = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (room == MAP_FAILED) {
+      const MemoryAvailable left = host_memory_available();
+      throw Error("a matrix product (" + std::to_string(blas_products.running + 1) +
+                  " computing at once) needs room for one more OpenBLAS buffer, " + std::to_string(bytes >> 20) +
+                  " MB of address space, and " + left.source + " is " + std::to_string(left.bytes >> 20) +
+                  " MB (OpenBLAS waits forever where it cannot map it: Debian's OpenBLAS 0.3.21, " +
+                  "OpenMathLib/OpenBLAS#5289); raise ulimit -v, or run fewer --devices");
+    }
+    munmap(room, bytes);
+    blas_products.most = blas_products.running + 1;
+  }
+  ++blas_products.running;
+  blas_products.last_change = std::chrono::steady_clock::now();
+  counted_ = true;
+}
+
+BlasRoom::~BlasRoom() {
+  if (!counted_) return;
+  std::lock_guard<std::mutex> lock(blas_products.mutex);
+  --blas_products.running;
+  blas_products.last_change = std::chrono::steady_clock::now();
 }
 
 std::string gib(double bytes) {

@@ -31,6 +31,32 @@ MemoryAvailable gpu_memory_available(int gpu);
 std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_device, const std::string& what,
                            const std::string& advice);
 
+// OpenBLAS, the cpu build's matrix products, maps a buffer of about 128 MB for each product
+// computing at once (one a call, whatever its threads; it reuses those it has), and about 256 MB
+// as it starts; and Debian's OpenBLAS 0.3.21 retries a mapping that fails forever
+// (OpenMathLib/OpenBLAS#5289): under an ulimit -v without room for them a program would hang.
+// The sizes, measured on that OpenBLAS with VmSize:
+inline constexpr std::size_t kBlasBufferBytes = std::size_t(136) << 20;   // one product's buffer, and its pages around
+inline constexpr std::size_t kBlasStartupBytes = std::size_t(320) << 20;  // start-up's 256 MB, and a margin
+
+// One product's claim on that room, for as long as it runs. Under a finite limit, a product that
+// makes more products compute at once than ever before first asks for the room of one buffer
+// more, by mapping it untouchable and giving it back,
+// and where there is none throws mgpu::Error naming the room needed, the room left and what to
+// do. Under it, a thread watches for a product stuck in OpenBLAS all the same (memory.cpp). Free
+// where the address space is unlimited. common/gemm.cpp makes one around every product; the
+// programs' start asks for kBlasStartupBytes (common/program.cpp).
+class BlasRoom {
+ public:
+  BlasRoom();
+  ~BlasRoom();
+  BlasRoom(const BlasRoom&) = delete;
+  BlasRoom& operator=(const BlasRoom&) = delete;
+
+ private:
+  bool counted_ = false;  // false where the address space is unlimited
+};
+
 // "12.3 GiB"
 std::string gib(double bytes);
 

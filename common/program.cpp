@@ -1,11 +1,16 @@
 #include "program.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "backend.h"  // MGPU_CUDA
+#include "memory.h"   // kBlasStartupBytes
 #include "openmp_waits.h"
 
 namespace mgpu {
@@ -25,6 +30,36 @@ void check_standard_output() {
                program_name.c_str(), reason.c_str());
   std::_Exit(1);  // inside exit(): a second exit() would be undefined
 }
+
+#if !MGPU_CUDA
+// Before any library starts. OpenBLAS (the cpu build's matrix products) maps about 256 MB as it
+// starts, and Debian's OpenBLAS 0.3.21 retries a mapping that fails forever
+// (OpenMathLib/OpenBLAS#5289): under an ulimit -v without that room, the program would hang
+// before main(), where no code of ours runs. A function in ELF's .preinit_array runs before
+// every shared library's initializer: this one asks for the room (a mapping no one may touch,
+// given back at once) and, where there is none, says so and ends the program with status 1.
+// Only system calls and write(): the C++ library and the sanitizers may not be ready yet.
+__attribute__((no_sanitize("address", "thread", "undefined"))) void refuse_an_address_space_too_small_to_start(
+    int argc, char** argv, char**) {
+  void* room = mmap(nullptr, kBlasStartupBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (room != MAP_FAILED) {
+    munmap(room, kBlasStartupBytes);
+    return;
+  }
+  const char* name = argc > 0 && argv && argv[0] ? argv[0] : "program";
+  for (const char* c = name; *c; ++c)
+    if (*c == '/') name = c + 1;  // the program's name, as its other messages start
+  static const char message[] =
+      ": error: ulimit -v leaves this program less than 320 MB of address space to start in; OpenBLAS maps about "
+      "256 MB as it starts and, where it cannot, waits forever (Debian's OpenBLAS 0.3.21: OpenMathLib/OpenBLAS#5289). "
+      "Raise ulimit -v: a run of this repository needs 1 GB or more (chapter 08 on 4 devices: 2 GB).\n";
+  (void)!write(STDERR_FILENO, name, std::strlen(name));
+  (void)!write(STDERR_FILENO, message, sizeof message - 1);
+  _exit(1);
+}
+__attribute__((section(".preinit_array"), used)) void (*refuse_before_libraries_start)(int, char**, char**) =
+    refuse_an_address_space_too_small_to_start;
+#endif
 
 }  // namespace
 
