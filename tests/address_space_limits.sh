@@ -19,6 +19,7 @@ limited() {
   status=0
   output=$(timeout 60 bash -c 'ulimit -v "$0" && exec "$@"' "$kb" "$lenet" "$@" 2>&1) || status=$?
 }
+rm -rf "$out"
 run_args=(--epochs 1 --limit-train 512 --progress off --out "$out")
 
 limited $((200 * 1024)) --help
@@ -28,7 +29,7 @@ grep -q "^01_lenet: error: ulimit -v leaves this program less than 320 MB of add
 
 limited $((700 * 1024)) "${run_args[@]}" --run-name limited_700
 [ "$status" -eq 1 ] || fail "700 MB: status $status, expected 1 (124: it hung)"
-grep -q "01_lenet: error: a matrix product on [0-9]* thread(s) needs room for OpenBLAS's buffers, [0-9]* MB of address space, and the address space ulimit -v leaves this process is [0-9]* MB" <<<"$output" ||
+grep -q "01_lenet: error: a matrix product ([0-9]* computing at once) needs room for one more OpenBLAS buffer, 136 MB of address space, and the address space ulimit -v leaves this process is [0-9]* MB" <<<"$output" ||
   fail "700 MB: no refusal naming the room needed and left: $output"
 
 limited unlimited "${run_args[@]}" --run-name unlimited
