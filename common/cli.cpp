@@ -71,37 +71,44 @@ std::optional<double> to_real(const std::string& s) {
   return v;
 }
 
+namespace {
+// A check from its test of the text and the bounds the usage states ("" for none).
+Check check(std::function<std::string(const std::string&)> test, const std::string& bounds) {
+  return CLI::Validator([test](std::string& value) { return test(value); }, bounds);
+}
+}  // namespace
+
 Check integer(long long lo, long long hi) {
-  return [lo, hi](const std::string& value) -> std::string {
+  return check([lo, hi](const std::string& value) -> std::string {
     const auto v = to_integer(value);
     if (!v) return "needs an integer, got '" + value + "'";
     if (*v < lo) return "must be " + at_least(static_cast<double>(lo)) + ", got " + value;
     if (*v > hi) return "must be at most " + std::to_string(hi) + ", got " + value;
     return "";
-  };
+  }, "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 Check real(double lo, double hi) {
-  return [lo, hi](const std::string& value) -> std::string {
+  return check([lo, hi](const std::string& value) -> std::string {
     const auto x = to_real(value);
     if (!x) return "needs a number, got '" + value + "'";
     if (*x < lo) return "must be " + at_least(lo) + ", got " + value;
     if (*x > hi) return "must be at most " + number_text(hi) + ", got " + value;
     return check_fits<double>(value, *x);
-  };
+  }, "[" + number_text(lo) + ", " + number_text(hi) + "]");
 }
 
 Check positive_float() {
-  return [](const std::string& value) -> std::string {
+  return check([](const std::string& value) -> std::string {
     const auto x = to_real(value);
     if (!x) return "needs a number, got '" + value + "'";
     if (*x <= 0) return "must be positive, got " + value;
     return check_fits<float>(value, *x);
-  };
+  }, "positive");
 }
 
 Check text(const std::string& what) {
-  return [what](const std::string& value) -> std::string {
+  return check([what](const std::string& value) -> std::string {
     if (value.empty()) return "needs " + what;
     // CLI11, as getopt, takes the next word as the value whatever it is: in "--out --epochs 3"
     // the value was forgotten, and a folder called "--epochs" is not what was meant.
@@ -120,11 +127,11 @@ Check text(const std::string& what) {
       begin = end + 1;
     }
     return "";
-  };
+  }, "");
 }
 
 Check file_name_part() {
-  return [](const std::string& value) -> std::string {
+  return check([](const std::string& value) -> std::string {
     if (value.empty()) return "needs a name";
     for (const char c : value)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
@@ -135,7 +142,7 @@ Check file_name_part() {
       return "a name of " + std::to_string(value.size()) + " characters; at most " + std::to_string(kMaxRunName) +
              " (the run's files add their suffixes to it, and a file name may have 255)";
     return "";
-  };
+  }, "");
 }
 
 void add_on_off(CLI::App& app, const std::string& name, bool& value, const std::string& help) {
@@ -181,7 +188,8 @@ void add_common_flags(CLI::App& app, Options& o, const ChapterInfo& chapter) {
   app.add_option("--devices", o.devices,
                  chapter.max_devices == 1 ? "logical devices to train on (this chapter uses exactly one)"
                                           : "logical devices to train on")
-      ->check(integer(1))
+      // The chapter's own bound in the usage; a larger count is refused by check_options, saying why.
+      ->check(integer(1).description("[1, " + std::to_string(chapter.max_devices) + "]"))
       ->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Fashion-MNIST's directory (default: search, see data/README.md)")
       ->check(text("a directory"));

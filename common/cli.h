@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace CLI {
 class App;
 }
@@ -32,7 +34,8 @@ namespace mgpu {
 //   app.add_option("--epochs", o.epochs, "passes over the training set")->check(mgpu::integer(1));
 // A check returns "" to accept the text, or why not; CLI11 puts the flag in front of it:
 //   --epochs: must be at least 1, got 0
-using Check = std::function<std::string(const std::string& value)>;
+// and it states its bounds in the usage, after the flag's type: `--epochs INT:[1, 1000000000]=10`.
+using Check = CLI::Validator;
 
 // A whole number from lo to hi.
 Check integer(long long lo, long long hi = 1'000'000'000);

@@ -22,7 +22,7 @@ mgpu_exercise(ex09.sync_batch_norm     test_resnet "SyncBN:*" "training: three S
 
 # The program's command line: each refusal says why and exits 2.
 set(resnet_short --width 2 --epochs 1 --limit-train 512 --out ${test_results})
-expect_exit(09_resnet help          0 stdout "Usage: 09_resnet.*--lr FLOAT=0.1 .*--width INT=64 .*--bn TEXT:.device,sync.=device" --help)
+expect_exit(09_resnet help          0 stdout "Usage: 09_resnet.*--lr FLOAT:positive=0.1 .*--width INT:.1, 1024.=64 .*--bn TEXT:.device,sync.=device" --help)
 expect_exit(09_resnet width_zero    2 stderr "--width: must be at least 1, got 0" --width 0)
 expect_exit(09_resnet width_text    2 stderr "--width: needs an integer, got 'wide'" --width wide)
 expect_exit(09_resnet width_big     2 stderr "--width: must be at most 1024, got 2048" --width 2048)

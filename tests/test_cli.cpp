@@ -110,8 +110,14 @@ TEST_CASE("the usage names the program and every flag, with the short forms and 
     INFO("flag ", std::string(flag));
     CHECK(contains(u, flag));
   }
-  CHECK(contains(u, "-b,--batch-size INT=256"));  // the default, read from Options
-  CHECK(contains(mgpu::usage(kOneEval), "--lr FLOAT=0.2"));
+  CHECK(contains(u, "-b,--batch-size INT:[1, 1000000000]=256"));  // the bounds, then the default (from Options)
+  CHECK(contains(mgpu::usage(kOneEval), "--lr FLOAT:positive=0.2"));
+  // Every number's bounds: the chapter's own device count among them.
+  CHECK(contains(u, "--epochs INT:[1, 1000000000]=10"));
+  CHECK(contains(u, "--devices INT:[1, 1]=1"));
+  CHECK(contains(mgpu::usage(kOneEval), "--devices INT:[1, " + std::to_string(kOneEval.max_devices) + "]"));
+  CHECK(contains(u, "--limit-train INT:[0, 1000000000]=0"));
+  CHECK(contains(u, "--seed UINT:[0, 9223372036854775807]=42"));
 }
 
 TEST_CASE("the short forms people know: -b for the batch size, -p for how often to print") {
