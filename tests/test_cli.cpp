@@ -305,6 +305,11 @@ TEST_CASE("the checks, on a program's own CLI11 app") {
   CHECK(parse({"--name", ""}).error == "--name: needs a name");
   CHECK(parse({"-n"}).error == "-n needs a value");
   CHECK(parse({"-n", "1", "--bogus"}).error == "unknown option '--bogus'");
+  // An empty inline value is refused as such, not filled with the next word.
+  CHECK(parse({"--x=", "1"}).error == "--x needs a value, got none after '='");
+  CHECK(parse({"--name=", "-n", "1"}).error == "--name needs a value, got none after '='");
+  CHECK(parse({"--name", "x=", "-n", "1"}).error == "");  // a value may end with '='
+  CHECK(name == "x=");
   // The value's error comes before the stray word's.
   CHECK(parse({"-n", "x", "--bogus"}).error == "-n: needs an integer, got 'x'");
 }
