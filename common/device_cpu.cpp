@@ -19,6 +19,7 @@
 
 #include "cpu_stream.h"
 #include "device_common.h"
+#include "memory.h"  // out_of_memory
 #include "profile.h"
 
 namespace mgpu {
@@ -104,7 +105,9 @@ int lanes_per_device(const Device& d) { return stream_of(d).threads(); }
 
 void* device_allocate(const Device& d, std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = host_allocate(bytes);
+  const std::size_t rounded = (bytes + 63) / 64 * 64;  // 64-byte alignment, as host_allocate's
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw Error(out_of_memory("a buffer for cpu device " + std::to_string(d.index), bytes));
   remember_allocation(d, p, bytes);
   return p;
 }
@@ -122,7 +125,7 @@ void* host_allocate(std::size_t bytes) {
   // 64-byte alignment: one cache line, and what AVX-512 loads like best.
   const std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  if (!p) throw Error(out_of_memory("a host buffer", bytes));
   return p;
 }
 

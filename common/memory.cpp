@@ -147,12 +147,23 @@ std::string gib(double bytes) {
   return buf;
 }
 
+namespace {
+const char* kSmallerRun = "a smaller run (--batch-size, --limit-train, --width, fewer --devices) needs less";
+}
+
+std::string out_of_memory(const std::string& what, std::size_t bytes) {
+  const MemoryAvailable host = host_memory_available();
+  char size[32];
+  std::snprintf(size, sizeof size, "%.1f MiB", double(bytes) / double(1 << 20));
+  return "out of memory: " + what + " of " + size + " could not be allocated; this process could still get about " +
+         gib(double(host.bytes)) + " (" + host.source + "): " + kSmallerRun;
+}
+
 std::string error_text(const std::exception& e) {
   if (!dynamic_cast<const std::bad_alloc*>(&e)) return e.what();
   const MemoryAvailable host = host_memory_available();
   return "out of memory: an allocation failed (std::bad_alloc); this process could still get about " +
-         gib(double(host.bytes)) + " (" + host.source + "): a smaller run (--batch-size, --limit-train, --width, " +
-         "fewer --devices) needs less";
+         gib(double(host.bytes)) + " (" + host.source + "): " + kSmallerRun;
 }
 
 std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_device, const std::string& what,

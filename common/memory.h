@@ -60,6 +60,11 @@ class BlasRoom {
 // "12.3 GiB"
 std::string gib(double bytes);
 
+// What a failed allocation of `bytes` for `what` ("a buffer for cpu device 0") says: out of
+// memory, how much was asked and how much this process could still get, and what to shrink.
+// The backends' device_allocate throw it; error_text says the same for a bare std::bad_alloc.
+std::string out_of_memory(const std::string& what, std::size_t bytes);
+
 // What a program prints for an exception that ended it: its what(), but for std::bad_alloc,
 // whose what() says only "std::bad_alloc", a sentence: out of memory, and how much this process
 // could still get (host_memory_available: the machine's, or ulimit -v's, whichever is less).

@@ -72,3 +72,36 @@ TEST_CASE("error_text: an exception's own words, but a sentence with the figures
   CHECK(text.find("this process could still get about ") != std::string::npos);
   CHECK(text.find("ulimit -v") != std::string::npos);  // the limit, as the source of the figure
 }
+
+TEST_CASE("a device buffer that cannot be allocated says for which device, how large, and what is left") {
+#if MGPU_CUDA
+  if (mgpu::gpu_count() == 0) {
+    MESSAGE("no GPU answers: the cuda build's message is not looked at here");
+    return;
+  }
+  mgpu::DeviceSet devices(1);
+  const std::size_t huge = std::size_t(1) << 50;  // 1 PiB: more than any GPU has
+#else
+  mgpu::DeviceSet devices(1);
+  if (testing::kSanitized) {
+    MESSAGE("built with a sanitizer: no capped address space, no failed allocation to look at");
+    return;
+  }
+  const testing::ScopedLimit cap(RLIMIT_AS, testing::address_space_now() + (std::size_t(256) << 20));
+  const std::size_t huge = std::size_t(1) << 33;  // 8 GiB
+#endif
+  std::string text;
+  try {
+    mgpu::Buffer<char> buffer(devices[0], huge);
+  } catch (const mgpu::Error& e) {
+    text = e.what();
+  }
+  INFO(text);
+#if MGPU_CUDA
+  CHECK(text.find("out of memory on GPU ") != std::string::npos);
+  CHECK(text.find("a buffer of 1073741824.0 MiB for device 0") != std::string::npos);
+#else
+  CHECK(text.find("out of memory: a buffer for cpu device 0 of 8192.0 MiB could not be allocated") != std::string::npos);
+  CHECK(text.find("ulimit -v") != std::string::npos);
+#endif
+}
