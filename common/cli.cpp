@@ -314,7 +314,8 @@ Parsed parse(CLI::App& app, const std::vector<std::string>& args) {
     if (w == "--") break;
     if (w.size() > 3 && w.rfind("--", 0) == 0 && w.back() == '=' && w.find('=') == w.size() - 1)
       for (const CLI::Option* o : app.get_options())
-        if (o->check_lname(w.substr(2, w.size() - 3))) return {false, w.substr(0, w.size() - 1) + " needs a value, got none after '='"};
+        if (o->check_lname(w.substr(2, w.size() - 3)))
+          return {false, w.substr(0, w.size() - 1) + " needs a value, got none after '='"};
   }
   const std::vector<std::string> last = last_of_each_flag(app, args);
   // CLI11 reads a vector from its back: the first word goes last.

@@ -32,7 +32,7 @@ std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_devic
                            const std::string& advice);
 
 // OpenBLAS, the cpu build's matrix products, maps a buffer of about 128 MB for each product
-// computing at once (one a call, whatever its threads; it reuses those it has), and about 256 MB
+// computing at once (one per call, whatever its threads; it reuses those it has), and about 256 MB
 // as it starts; and Debian's OpenBLAS 0.3.21 retries a mapping that fails forever
 // (OpenMathLib/OpenBLAS#5289): under an ulimit -v without room for them a program would hang.
 // The sizes, measured on that OpenBLAS with VmSize:
@@ -41,11 +41,11 @@ inline constexpr std::size_t kBlasStartupBytes = std::size_t(320) << 20;  // sta
 
 // One product's claim on that room, for as long as it runs. Under a finite limit, a product that
 // makes more products compute at once than ever before first asks for the room of one buffer
-// more, by mapping it untouchable and giving it back,
-// and where there is none throws mgpu::Error naming the room needed, the room left and what to
-// do. Under it, a thread watches for a product stuck in OpenBLAS all the same (memory.cpp). Free
-// where the address space is unlimited. common/gemm.cpp makes one around every product; the
-// programs' start asks for kBlasStartupBytes (common/program.cpp).
+// more (by mapping it untouchable and giving it back), and where there is none throws
+// mgpu::Error naming the room needed, the room left and what to do; behind that check a thread
+// watches for a product stuck in OpenBLAS all the same (memory.cpp). Free where the address
+// space is unlimited. common/gemm.cpp makes one around every product; the programs' start asks
+// for kBlasStartupBytes (common/program.cpp).
 class BlasRoom {
  public:
   BlasRoom();
@@ -62,7 +62,8 @@ std::string gib(double bytes);
 
 // What a failed allocation of `bytes` for `what` ("a buffer for cpu device 0") says: out of
 // memory, how much was asked and how much this process could still get, and what to shrink.
-// The backends' device_allocate throw it; error_text says the same for a bare std::bad_alloc.
+// The cpu backend's device_allocate throws it (the cuda backend's names the GPU's free memory
+// instead); error_text says the same for a bare std::bad_alloc.
 std::string out_of_memory(const std::string& what, std::size_t bytes);
 
 // What a program prints for an exception that ended it: its what(), but for std::bad_alloc,
