@@ -202,9 +202,9 @@ ncclUniqueId unique_id_from_rank0(const World& w) {
 // on a second stream as soon as an event says backward has produced it, while the compute
 // stream goes on with the earlier layers; finish() makes the compute stream wait for the last
 // sum, so the SGD step follows it, and the host never waits.
-class NcclAllreduce : public mgpu::Collective {
+class NcclRankAllreduce : public mgpu::Collective {
  public:
-  NcclAllreduce(const World& w, const mgpu::Device& d)
+  NcclRankAllreduce(const World& w, const mgpu::Device& d)
       : device_(d), comm_stream_(d), summed_(d), exceptions_before_(std::uncaught_exceptions()) {
     const ncclUniqueId id = unique_id_from_rank0(w);  // every rank must call this: it is an MPI_Bcast
     mgpu::activate(d);
@@ -214,7 +214,7 @@ class NcclAllreduce : public mgpu::Collective {
   // When an error on this rank unwinds the stack, the other ranks may never join another
   // collective: waiting for them (ncclCommFinalize) could wait forever, so the communicator is
   // aborted instead, before main() reports the error and calls MPI_Abort.
-  ~NcclAllreduce() override {  // no throwing here
+  ~NcclRankAllreduce() override {  // no throwing here
     const bool unwinding = std::uncaught_exceptions() > exceptions_before_;
     cudaSetDevice(device_.gpu);
     if (comm_ && !unwinding) cudaStreamSynchronize(comm_stream_.device().stream);
@@ -228,10 +228,10 @@ class NcclAllreduce : public mgpu::Collective {
   }
 
   void run(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
-    mgpu::allreduce(comm_, device_, only_buffer(buffers, "NcclAllreduce"), n, ncclSum);
+    mgpu::allreduce(comm_, device_, only_buffer(buffers, "NcclRankAllreduce"), n, ncclSum);
   }
   void start(const mgpu::DeviceBuffers& buffers, mgpu::Elements n) override {
-    float* data = only_buffer(buffers, "NcclAllreduce");
+    float* data = only_buffer(buffers, "NcclRankAllreduce");
     if (started_ == ready_.size()) ready_.push_back(std::make_unique<mgpu::Event>(device_));  // kept for later steps
     mgpu::Event& ready = *ready_[started_++];
     ready.record(device_);  // backward has queued this slice's kernels up to here
@@ -304,7 +304,7 @@ std::unique_ptr<mgpu::Collective> make_allreduce(CollectiveKind kind, const Worl
     throw mgpu::Error(std::to_string(ranks_per_gpu) + " ranks share " + d.name() +
                       ", and NCCL refuses two ranks of one communicator on one GPU; start at most one rank per "
                       "GPU, or use --collective mpi");
-  return std::make_unique<NcclAllreduce>(w, d);
+  return std::make_unique<NcclRankAllreduce>(w, d);
 #else
   (void)ranks_per_gpu;
   throw mgpu::Error("--collective nccl needs a cuda build with NCCL; use --collective mpi");
