@@ -103,11 +103,19 @@ void synchronize(const Device& d) { stream_of(d).wait(); }
 bool idle(const Device& d) { return stream_of(d).idle(); }
 int lanes_per_device(const Device& d) { return stream_of(d).threads(); }
 
+namespace {
+// `bytes` on a 64-byte boundary (one cache line, and what AVX-512 loads like best), or an
+// mgpu::Error saying that `what` could not be allocated, with the figures (out_of_memory).
+void* aligned_or_refused(std::size_t bytes, const std::string& what) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw Error(out_of_memory(what, bytes));
+  return p;
+}
+}  // namespace
+
 void* device_allocate(const Device& d, std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  const std::size_t rounded = (bytes + 63) / 64 * 64;  // 64-byte alignment, as host_allocate's
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw Error(out_of_memory("a buffer for cpu device " + std::to_string(d.index), bytes));
+  void* p = aligned_or_refused(bytes, "a buffer for cpu device " + std::to_string(d.index));
   remember_allocation(d, p, bytes);
   return p;
 }
@@ -122,11 +130,7 @@ void device_free(const Device&, void* p) noexcept {
 
 void* host_allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  // 64-byte alignment: one cache line, and what AVX-512 loads like best.
-  const std::size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw Error(out_of_memory("a host buffer", bytes));
-  return p;
+  return aligned_or_refused(bytes, "a host buffer");
 }
 
 void host_free(void* p) noexcept {

@@ -5,12 +5,11 @@
 // needs an #if.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <sstream>
 
 #include "device_common.h"
-#include "memory.h"  // gib
+#include "memory.h"  // gib, mib
 #include "profile.h"
 
 namespace mgpu {
@@ -137,11 +136,10 @@ void* device_allocate(const Device& d, std::size_t bytes) {
     cudaGetLastError();                        // (not sticky: the next call must not see it)
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
-    char size[32];
-    std::snprintf(size, sizeof size, "%.1f MiB", double(bytes) / double(1 << 20));
-    throw Error("out of memory on GPU " + std::to_string(d.gpu) + ": a buffer of " + size + " for device " +
-                std::to_string(d.index) + " could not be allocated; the GPU has " + gib(double(free)) + " free of " +
-                gib(double(total)) + ": a smaller run (--batch-size, --width, fewer --devices on that GPU) needs less");
+    throw Error("out of memory on GPU " + std::to_string(d.gpu) + ": a buffer of " + mib(double(bytes)) +
+                " for device " + std::to_string(d.index) + " could not be allocated; the GPU has " +
+                gib(double(free)) + " free of " + gib(double(total)) +
+                ": a smaller run (--batch-size, --width, fewer --devices on that GPU) needs less");
   }
   MGPU_CHECK_CUDA(status);
   remember_allocation(d, p, bytes);

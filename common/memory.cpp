@@ -147,23 +147,28 @@ std::string gib(double bytes) {
   return buf;
 }
 
-namespace {
-const char* kSmallerRun = "a smaller run (--batch-size, --limit-train, --width, fewer --devices) needs less";
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / double(1 << 20));
+  return buf;
 }
 
-std::string out_of_memory(const std::string& what, std::size_t bytes) {
+namespace {
+// The end of every out-of-memory sentence: what this process could still get, and what to shrink.
+std::string what_is_left() {
   const MemoryAvailable host = host_memory_available();
-  char size[32];
-  std::snprintf(size, sizeof size, "%.1f MiB", double(bytes) / double(1 << 20));
-  return "out of memory: " + what + " of " + size + " could not be allocated; this process could still get about " +
-         gib(double(host.bytes)) + " (" + host.source + "): " + kSmallerRun;
+  return "this process could still get about " + gib(double(host.bytes)) + " (" + host.source +
+         "): a smaller run (--batch-size, --limit-train, --width, fewer --devices) needs less";
+}
+}  // namespace
+
+std::string out_of_memory(const std::string& what, std::size_t bytes) {
+  return "out of memory: " + what + " of " + mib(double(bytes)) + " could not be allocated; " + what_is_left();
 }
 
 std::string error_text(const std::exception& e) {
   if (!dynamic_cast<const std::bad_alloc*>(&e)) return e.what();
-  const MemoryAvailable host = host_memory_available();
-  return "out of memory: an allocation failed (std::bad_alloc); this process could still get about " +
-         gib(double(host.bytes)) + " (" + host.source + "): " + kSmallerRun;
+  return "out of memory: an allocation failed (std::bad_alloc); " + what_is_left();
 }
 
 std::string memory_refusal(const DeviceSet& devices, std::size_t bytes_per_device, const std::string& what,

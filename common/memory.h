@@ -57,8 +57,9 @@ class BlasRoom {
   bool counted_ = false;  // false where the address space is unlimited
 };
 
-// "12.3 GiB"
+// "12.3 GiB", "8192.0 MiB"
 std::string gib(double bytes);
+std::string mib(double bytes);
 
 // What a failed allocation of `bytes` for `what` ("a buffer for cpu device 0") says: out of
 // memory, how much was asked and how much this process could still get, and what to shrink.

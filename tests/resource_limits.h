@@ -63,4 +63,11 @@ inline rlim_t address_space_now() {
   return pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
 }
 
+// The address space capped at what this process maps now plus `headroom` bytes, for the scope:
+// a larger allocation fails for real. (Not for sanitized builds: kSanitized says why.)
+struct AddressSpaceHeadroom {
+  ScopedLimit limit;
+  explicit AddressSpaceHeadroom(rlim_t headroom) : limit(RLIMIT_AS, address_space_now() + headroom) {}
+};
+
 }  // namespace testing

@@ -22,7 +22,7 @@
 #include "chapters/05_multi_process/checkpoint.h"
 #include "common/check.h"
 #include "common/random.h"
-#include "resource_limits.h"  // ScopedLimit, FileSizeLimit, address_space_now
+#include "resource_limits.h"  // FileSizeLimit, AddressSpaceHeadroom, kSanitized
 #include "temp_dir.h"
 
 namespace {
@@ -305,9 +305,9 @@ TEST_CASE("a corrupt checkpoint is refused: flipped bits, trailing bytes, anothe
 }
 
 // At most `headroom` bytes more address space than now, for the scope of one check.
-std::optional<testing::ScopedLimit> memory_headroom(rlim_t headroom) {
+std::optional<testing::AddressSpaceHeadroom> memory_headroom(rlim_t headroom) {
   if (testing::kSanitized) return std::nullopt;  // (resource_limits.h says why)
-  return std::optional<testing::ScopedLimit>(std::in_place, RLIMIT_AS, testing::address_space_now() + headroom);
+  return std::optional<testing::AddressSpaceHeadroom>(std::in_place, headroom);
 }
 
 TEST_CASE("only a regular file is read: a folder, /dev/null, /dev/zero and a FIFO are refused, and none hangs") {

@@ -6,7 +6,7 @@
 
 #include "common/device.h"
 #include "common/memory.h"
-#include "resource_limits.h"  // ScopedLimit, address_space_now
+#include "resource_limits.h"  // ScopedLimit, AddressSpaceHeadroom, address_space_now
 
 namespace {
 
@@ -57,7 +57,7 @@ TEST_CASE("error_text: an exception's own words, but a sentence with the figures
   }
   std::string text;
   {
-    const testing::ScopedLimit cap(RLIMIT_AS, testing::address_space_now() + (std::size_t(256) << 20));
+    const testing::AddressSpaceHeadroom cap(std::size_t(256) << 20);
     // Through a volatile pointer: a compiler may leave out an allocation nothing reads (clang
     // does, for a vector that is only written), but not a call it cannot see.
     void* (*volatile allocate)(std::size_t) = ::operator new;
@@ -87,7 +87,7 @@ TEST_CASE("a device buffer that cannot be allocated says for which device, how l
     MESSAGE("built with a sanitizer: no capped address space, no failed allocation to look at");
     return;
   }
-  const testing::ScopedLimit cap(RLIMIT_AS, testing::address_space_now() + (std::size_t(256) << 20));
+  const testing::AddressSpaceHeadroom cap(std::size_t(256) << 20);
   const std::size_t huge = std::size_t(1) << 33;  // 8 GiB
 #endif
   std::string text;

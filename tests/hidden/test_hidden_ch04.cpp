@@ -22,6 +22,19 @@ std::vector<float> inputs(int i, std::size_t n) {
   return v;
 }
 
+// inputs(i, n) on each device i, and the pointers a collective is handed.
+struct DeviceInputs {
+  std::vector<mgpu::Buffer<float>> buffers;
+  std::vector<float*> pointers;
+  DeviceInputs(const mgpu::DeviceSet& devices, std::size_t n) {
+    for (int i = 0; i < devices.size(); ++i) {
+      buffers.emplace_back(devices[i], n);
+      buffers.back().upload(inputs(i, n));
+      pointers.push_back(buffers.back().data());
+    }
+  }
+};
+
 }  // namespace
 
 TEST_CASE("hidden group_calls: NcclAllreduce sums and averages on 3 to 5 devices and 1 to 100,003 elements, every element") {
@@ -34,16 +47,10 @@ TEST_CASE("hidden group_calls: NcclAllreduce sums and averages on 3 to 5 devices
         CAPTURE(k);
         CAPTURE(n);
         CAPTURE(reduction == nccl::Reduction::Sum);
-        std::vector<mgpu::Buffer<float>> data;
-        std::vector<float*> pointers;
-        for (int i = 0; i < k; ++i) {
-          data.emplace_back(devices[i], n);
-          data.back().upload(inputs(i, n));
-          pointers.push_back(data.back().data());
-        }
+        DeviceInputs data(devices, n);
         nccl::NcclAllreduce allreduce(devices, reduction);
-        allreduce.run(pointers, mgpu::Elements{n});
-        allreduce.run(pointers, mgpu::Elements{n});  // twice: the second sums the first's results
+        allreduce.run(data.pointers, mgpu::Elements{n});
+        allreduce.run(data.pointers, mgpu::Elements{n});  // twice: the second sums the first's results
         devices.synchronize();
         // The first run leaves the sum (or the mean) everywhere; the second, the sum of k such
         // equal values (or their mean: the same mean). A sum of small integers is exact; a mean
@@ -52,7 +59,7 @@ TEST_CASE("hidden group_calls: NcclAllreduce sums and averages on 3 to 5 devices
         const bool sum = reduction == nccl::Reduction::Sum;
         const double twice = sum ? k * total : total / k;
         for (int i = 0; i < k; ++i) {
-          const std::vector<float> got = data[i].download();
+          const std::vector<float> got = data.buffers[i].download();
           std::size_t wrong = 0;
           for (std::size_t j = 0; j < n; ++j) {
             const double want = twice * double(j % 13 + 1);
@@ -110,22 +117,16 @@ TEST_CASE("hidden broadcast: 2 to 5 devices, the last device as the root, 1 to 1
     for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(100003)}) {
       CAPTURE(k);
       CAPTURE(n);
-      std::vector<mgpu::Buffer<float>> data;
-      std::vector<float*> pointers;
-      for (int i = 0; i < k; ++i) {
-        data.emplace_back(devices[i], n);
-        data.back().upload(inputs(i, n));
-        pointers.push_back(data.back().data());
-      }
+      DeviceInputs data(devices, n);
       // The last device's values to all, then device 1's (by then the last device's too):
       // every buffer ends with the last device's inputs.
-      nccl::broadcast(comms, devices, pointers, mgpu::Elements{n}, k - 1);
-      nccl::broadcast(comms, devices, pointers, mgpu::Elements{n}, 1);
+      nccl::broadcast(comms, devices, data.pointers, mgpu::Elements{n}, k - 1);
+      nccl::broadcast(comms, devices, data.pointers, mgpu::Elements{n}, 1);
       devices.synchronize();
       const std::vector<float> want = inputs(k - 1, n);
       for (int i = 0; i < k; ++i) {
         CAPTURE(i);
-        CHECK(data[i].download() == want);
+        CHECK(data.buffers[i].download() == want);
       }
     }
   }
@@ -139,14 +140,8 @@ TEST_CASE("hidden communicators: allreduces made and dropped in turn on 2 to 5 d
     const nccl_standin::CommCalls before = nccl_standin::comm_calls();
     for (int round = 0; round < 3; ++round) {
       nccl::NcclAllreduce allreduce(devices, round % 2 ? nccl::Reduction::Average : nccl::Reduction::Sum);
-      std::vector<mgpu::Buffer<float>> data;
-      std::vector<float*> pointers;
-      for (int i = 0; i < k; ++i) {
-        data.emplace_back(devices[i], 5);
-        data.back().upload(inputs(i, 5));
-        pointers.push_back(data.back().data());
-      }
-      allreduce.run(pointers, mgpu::Elements{5});
+      DeviceInputs data(devices, 5);
+      allreduce.run(data.pointers, mgpu::Elements{5});
       devices.synchronize();
     }
     try {
