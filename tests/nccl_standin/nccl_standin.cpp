@@ -79,15 +79,17 @@ ncclResult_t run_clique(const std::vector<Call>& calls) {
     }
   }
   std::vector<float> result(first.count, 0.0f);
-  for (int r = 0; r < size; ++r)
+  if (first.root >= 0) {  // ncclBroadcast: the root's values
     for (const Call& c : calls)
-      if (c.comm->rank == r) {
-        if (first.root >= 0 && r == first.root) result.assign(c.send, c.send + c.count);  // ncclBroadcast
-        if (first.root < 0)
+      if (c.comm->rank == first.root) result.assign(c.send, c.send + c.count);
+  } else {  // ncclAllReduce: the sum in rank order (or its mean)
+    for (int r = 0; r < size; ++r)
+      for (const Call& c : calls)
+        if (c.comm->rank == r)
           for (std::size_t j = 0; j < c.count; ++j) result[j] += c.send[j];
-      }
-  if (first.root < 0 && first.op == ncclAvg)
-    for (float& v : result) v /= static_cast<float>(size);
+    if (first.op == ncclAvg)
+      for (float& v : result) v /= static_cast<float>(size);
+  }
   for (const Call& c : calls)
     for (std::size_t j = 0; j < c.count; ++j) c.recv[j] = result[j];
   return ncclSuccess;
