@@ -20,6 +20,9 @@ endfunction()
 ddp_twin_refuses(devices_mismatch "--devices 2, but no launcher started this process .a world of one.: start 2"
                  --devices 2)
 ddp_twin_refuses(epochs_zero "--epochs: expected a positive integer, got '0'" --epochs 0)
+# An empty folder or name (chapter 01's given_text, which every twin uses for them), as the C++
+# programs refuse it.
+ddp_twin_refuses(out_empty "argument --out: expected a value, got an empty one" --out=)
 
 # Chapter 02's launch: torchrun, 2 processes.
 add_test(NAME 02_ddp_torch_twin

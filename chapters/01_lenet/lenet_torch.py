@@ -73,13 +73,21 @@ def positive_float(text):
     return value
 
 
+def given_text(text):
+    """A folder's or a name's value: not empty ("--out=" or --out "" would write into nothing), as
+    the C++ programs' mgpu::text and file_name_part refuse it."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a value, got an empty one")
+    return text
+
+
 # The arguments that change neither what a run computes nor what it measures, and so stay out of
 # its name: where the data is read and where the files go (as in the C++ programs' run names).
 NOT_IN_RUN_NAME = ("data_dir", "out", "run_name")
 
 
 def add_run_name_argument(p):
-    p.add_argument("--run-name", default="",
+    p.add_argument("--run-name", type=given_text, default=None,
                    help="name of the CSV (default: the program's name, then each setting that is "
                         "not its default, as the C++ programs name their runs)")
     return p
@@ -122,7 +130,7 @@ def parse_args():
     p.add_argument("--epochs", type=positive_int, default=10, help="passes over the training set (default 10)")
     p.add_argument("--batch-size", type=positive_int, default=256, help="training minibatch size (default 256)")
     p.add_argument("--lr", type=positive_float, default=0.2, help="SGD learning rate (default 0.2)")
-    p.add_argument("--data-dir", default=None,
+    p.add_argument("--data-dir", type=given_text, default=None,
                    help="directory holding the four Fashion-MNIST .gz files "
                         "(default: $FASHION_MNIST_DIR, data/fashion-mnist/, /usr/share/datasets/fashion-mnist/)")
     p.add_argument("--limit-train", type=non_negative_int, default=0,
@@ -133,7 +141,7 @@ def parse_args():
     p.add_argument("--device", choices=["cpu", "cuda"], default=default_device,
                    help=f"where to train (default here: {default_device})")
     add_precision_argument(p)
-    p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
+    p.add_argument("--out", type=given_text, default="results", help="directory for the CSV (default results/)")
     add_run_name_argument(p)
     args = p.parse_args()
     args.run = run_name(p, args, CHAPTER)

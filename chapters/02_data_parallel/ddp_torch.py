@@ -56,9 +56,9 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 # twin's: import them from there rather than keep a second copy in step.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "01_lenet"))
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
-                         add_run_name_argument, find_data_dir, init_params, load_split, non_negative_int,
-                         positive_float, positive_int, run_name, seconds_per_epoch, use_precision,
-                         write_run_csv)
+                         add_run_name_argument, find_data_dir, given_text, init_params, load_split,
+                         non_negative_int, positive_float, positive_int, run_name, seconds_per_epoch,
+                         use_precision, write_run_csv)
 
 CHAPTERS = ("02_data_parallel", "05_multi_process")
 
@@ -169,7 +169,7 @@ def parse_args(world):
     p.add_argument("--lr", type=positive_float, default=0.2, help="SGD learning rate (default 0.2)")
     p.add_argument("--devices", type=positive_int, default=None,
                    help="must equal the number of processes the launcher started, if given")
-    p.add_argument("--data-dir", default=None,
+    p.add_argument("--data-dir", type=given_text, default=None,
                    help="directory holding the four Fashion-MNIST .gz files "
                         "(default: $FASHION_MNIST_DIR, data/fashion-mnist/, /usr/share/datasets/fashion-mnist/)")
     p.add_argument("--limit-train", type=non_negative_int, default=0,
@@ -182,7 +182,7 @@ def parse_args(world):
     p.add_argument("--chapter", choices=CHAPTERS, default=CHAPTERS[0],
                    help="the C++ chapter this run is compared with: names the CSV (<chapter>_torch..., "
                         "as --run-name says) and the result line (default %(default)s)")
-    p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
+    p.add_argument("--out", type=given_text, default="results", help="directory for the CSV (default results/)")
     add_run_name_argument(p)
     args = p.parse_args()
     # The number of processes is the launcher's, not an argument's: it goes into the name as

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from lenet_torch import (EVAL_BATCH, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,  # noqa: E402
                          add_precision_argument, check_precision, find_data_dir, load_split,
                          non_negative_int, positive_float, positive_int, seconds_per_epoch, use_precision,
-                         add_run_name_argument, run_name, write_run_csv)
+                         add_run_name_argument, given_text, run_name, write_run_csv)
 
 CHAPTER = "09_resnet_torch"
 
@@ -167,7 +167,7 @@ def parse_args():
                    help="GPUs for nn.DataParallel (default 1; the CPU runs only 1)")
     p.add_argument("--width", type=positive_int, default=64,
                    help="channels of the first stage (default 64, d2l's); the others have 2x, 4x, 8x")
-    p.add_argument("--data-dir", default=None,
+    p.add_argument("--data-dir", type=given_text, default=None,
                    help="directory holding the four Fashion-MNIST .gz files "
                         "(default: $FASHION_MNIST_DIR, data/fashion-mnist/, /usr/share/datasets/fashion-mnist/)")
     p.add_argument("--limit-train", type=non_negative_int, default=0,
@@ -178,7 +178,7 @@ def parse_args():
     p.add_argument("--device", choices=["cpu", "cuda"], default=default_device,
                    help=f"where to train (default here: {default_device})")
     add_precision_argument(p)
-    p.add_argument("--out", default="results", help="directory for the CSV (default results/)")
+    p.add_argument("--out", type=given_text, default="results", help="directory for the CSV (default results/)")
     add_run_name_argument(p)
     args = p.parse_args()
     args.run = run_name(p, args, CHAPTER)
