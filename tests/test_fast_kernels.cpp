@@ -63,6 +63,12 @@ std::vector<ConvCase> conv_cases() {
       {{64, 2, 4, 4}, {64, 19, 3, 1, 1}},
       {{3, 2, 9, 8}, {3, 5, 7, 1, 3}},
       {{2, 1, 3, 3}, {2, 3, 13, 1, 6}},
+      // For Winograd's F(2x2, 3x3) (the cpu build with AVX-512, from 16 input channels): above,
+      // both passes of the 64-channel case (dx's flipped convolution has 19 channels in); here the
+      // forward pass only (dx has 8 in: the panels), then dx only, on odd sides, whose last tile in
+      // each row or column is half outside the image.
+      {{32, 2, 7, 5}, {32, 8, 3, 1, 1}},
+      {{8, 2, 5, 7}, {8, 24, 3, 1, 1}},
   };
 }
 
@@ -538,13 +544,30 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   // (Cout = Cin), and W flipped takes one more partial's room.
   CHECK(plan.dx_by_convolution);
   CHECK(plan.dcol_floats == plan.tile_floats);
-  CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + 2 * plan.partial_floats);
+  CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + 2 * plan.partial_floats + plan.winograd_floats);
   // Stride 2: dcol and col2im, as chapter 09; twice the channels out: dz's unfolding is the larger.
   // The cpu build multiplies the shifted convolutions in panels, up to 11x11; a cuda build never.
   CHECK(fast::multiplies_in_panels(xs, c) == !mgpu::kCudaBackend);
   CHECK(fast::multiplies_in_panels({16, 4, 9, 9}, {16, 8, 11, 1, 5}) == !mgpu::kCudaBackend);
   CHECK_FALSE(fast::multiplies_in_panels({16, 4, 13, 13}, {16, 8, 13, 1, 6}));
   CHECK_FALSE(fast::multiplies_in_panels(xs, {16, 32, 3, 2, 1}));
+  // Winograd's F(2x2, 3x3): 3x3, stride 1, padding 1, from 16 input channels, in a cpu build
+  // for AVX-512 only; its transform of W (or of W flipped, for dx) takes 16 x Cout x Cin more.
+#if defined(__AVX512F__)  // (this file is built with the kernels' flags: -march=native in the cpu build)
+  const bool winograd = !mgpu::kCudaBackend;
+#else
+  const bool winograd = false;
+#endif
+  CHECK(fast::multiplies_by_winograd(xs, c) == winograd);
+  CHECK(plan.winograd_floats == (winograd ? 16 * 16 * 16 : 0));
+  CHECK(fast::multiplies_by_winograd({32, 4, 7, 5}, {32, 8, 3, 1, 1}) == winograd);
+  CHECK_FALSE(fast::multiplies_by_winograd({8, 4, 14, 14}, {8, 32, 3, 1, 1}));     // 8 channels in
+  CHECK_FALSE(fast::multiplies_by_winograd({32, 4, 14, 14}, {32, 32, 3, 2, 1}));   // stride 2
+  CHECK_FALSE(fast::multiplies_by_winograd({32, 4, 14, 14}, {32, 32, 5, 1, 2}));   // 5x5
+  CHECK_FALSE(fast::multiplies_by_winograd({32, 4, 14, 14}, {32, 32, 1, 1, 0}));   // 1x1
+  const std::int64_t by_winograd = winograd ? 16 * 8 * 48 : 0;
+  CHECK(fast::plan_tiles(2, {8, 4, 14, 14}, {8, 48, 3, 1, 1}).winograd_floats == by_winograd);  // dx only
+  CHECK(fast::plan_tiles(2, {8, 4, 14, 14}, {8, 8, 3, 1, 1}).winograd_floats == 0);             // neither
   const fast::TilePlan halving = fast::plan_tiles(2, xs, {16, 32, 3, 2, 1});
   CHECK_FALSE(halving.dx_by_convolution);
   CHECK(halving.dcol_floats == halving.tile_floats);
@@ -567,7 +590,7 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   const fast::TilePlan single = fast::plan_tiles(4, {16, 1, 28, 28}, c);
   CHECK(single.tiles == 1);
   CHECK(single.lanes == 1);
-  CHECK(single.scratch_floats() == 2 * single.tile_floats + single.partial_floats);  // + W flipped
+  CHECK(single.scratch_floats() == 2 * single.tile_floats + single.partial_floats + single.winograd_floats);  // + W flipped
   const char* refused = "plan_tiles: needs lanes, a tile size, a column minimum and a batch";
   CHECK_THROWS_WITH_AS(fast::plan_tiles(0, xs, c), doctest::Contains(refused), mgpu::Error);
   CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {16, 0, 28, 28}, c), doctest::Contains(refused), mgpu::Error);
@@ -609,7 +632,7 @@ TEST_CASE("tiled convolution: im2col_shifted_images is chapter 09's im2col_image
     CHECK_THROWS_WITH_AS(fast::im2col_shifted_images(dev.d, any.data(), xs, cc.c, 3, 2, any.data()),
                          doctest::Contains("im2col_shifted_images: images 3..4 of a batch of 4"), mgpu::Error);
   }
-  CHECK(compared == 8 * 10);  // eight convolutions qualify, ten slices of four images each
+  CHECK(compared == 10 * 10);  // ten convolutions qualify, ten slices of four images each
 }
 
 TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_forward and conv2d_backward") {

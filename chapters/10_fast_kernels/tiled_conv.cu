@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/gemm.h"
 #include "common/parallel.h"    // for_each_lane, for_each_span, for_each_index
 #include "common/vector_ops.h"  // fill, add_into
+#if !MGPU_CUDA && defined(__AVX512F__)
+#include <immintrin.h>  // AVX-512's masked gathers and scatters, for Winograd's tiles
+#endif
 
 namespace fast {
 namespace {
@@ -37,6 +41,15 @@ int second_tile_rows(ImageShape xs, ConvShape c) {
   return unfolds_by_shifting(xs, c) ? std::max(K, c.out_channels * c.kernel * c.kernel) : K;
 }
 
+// The flipped convolution whose result is dx (where dx_by_convolution): dz's channels in, x's out.
+ConvShape flipped_of(ConvShape c) { return {c.out_channels, c.in_channels, c.kernel, 1, c.padding}; }
+
+// Room for Winograd's U (16 x Cout x Cin) where the forward pass or dx multiplies by Winograd.
+i64 winograd_floats_of(ImageShape xs, ConvShape c) {
+  const bool dx_too = unfolds_by_shifting(xs, c) && multiplies_by_winograd(nn::conv_output_shape(xs, c), flipped_of(c));
+  return multiplies_by_winograd(xs, c) || dx_too ? 16 * i64(c.in_channels) * c.out_channels : 0;
+}
+
 // Refuses (mgpu::Error naming `call`) a plan made for another convolution or for more lanes than
 // d has, and scratch smaller than the plan needs.
 void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape c, nn::ConvScratch scratch,
@@ -47,7 +60,8 @@ void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape 
                     plan.dx_by_convolution == unfolds_by_shifting(xs, c) &&
                     plan.tile_floats == i64(s.K) * s.Q * plan.images &&
                     plan.dcol_floats == i64(second_tile_rows(xs, c)) * s.Q * plan.images &&
-                    plan.partial_floats == i64(c.out_channels) * s.K;
+                    plan.partial_floats == i64(c.out_channels) * s.K &&
+                    plan.winograd_floats == winograd_floats_of(xs, c);
   if (!fits)
     throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
                       std::to_string(plan.tiles) + " tiles, " + std::to_string(plan.lanes) +
@@ -272,6 +286,227 @@ struct PanelConv {
     }
   }
 };
+
+#if defined(__AVX512F__)
+// --- Winograd's F(2x2, 3x3): the 3x3 convolutions with 16 multiplies where there were 36
+// (step 7 of the README's CPU lesson)
+//
+// PanelConv runs near what a core can do at all (its multiply-adds at 75-100 GFLOP/s a core), so
+// the next gain must come from doing fewer of them. A 3x3 convolution (stride 1, padding 1) makes
+// each 2x2 block of output pixels (a "tile") from the 4x4 block of input around it, d: 36
+// multiply-adds per input channel and output channel. Winograd's minimal filtering (Lavin and
+// Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016) gets the same four sums as
+//     y (2x2) = Aᵀ [ Σ_ci (G g Gᵀ) ⊙ (Bᵀ d B) ] A,        g = W[co][ci] (3x3)
+//     Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1]
+//     Aᵀ = [1 1 1 0; 0 1 -1 -1]
+// where ⊙ multiplies element by element: 16 multiply-adds per channel pair. U = G g Gᵀ (4x4) is
+// computed once per call for every (co, ci) (WinogradWeights); V = Bᵀ d B (additions only) once per
+// tile and input channel; then, for each of the 16 positions ξ of the 4x4, the tiles' sums are a
+// product [Cout x Cin] x [Cin x tiles], made by PanelConv's multiply_panel on panels of kPanel
+// tiles; Aᵀ · A (additions only) turns each tile's 16 sums back into its 4 pixels.
+//
+// What it costs instead: the transforms, which are additions and data movement, not multiply-
+// adds; the tiles that stick out of an odd-sided image (a 7x7 image is 4x4 tiles, 64 pixels'
+// work for 49); and a tile's 4x4 input is not contiguous (consecutive tiles' blocks are 2 floats
+// apart, and the tiles of a panel span rows and images). Each row of a block is four contiguous
+// floats, so the rows are read as 16-byte loads and transposed into vectors of tiles
+// (load_block_rows); the 2x2 outputs are written with AVX-512's masked scatters. AVX-512 only,
+// and only where the README's measurements found it faster than PanelConv: from 16 input
+// channels up (below, the transforms, which grow with the channels in and out, cost more than
+// the saved multiply-adds). The sums come out in another order and through the transforms'
+// halves: not PanelConv's bits, equal to within rounding (test_fast_kernels).
+constexpr int kWinogradMinChannels = 16;
+
+// Item (co, ci): U[ξ][co][ci] = (G g Gᵀ)[ξ], g = W[co][ci] (3x3), ξ = 4 * row + column.
+struct WinogradWeights {
+  const float* W;  // [Cout][Cin][3][3]
+  float* U;        // [16][Cout][Cin]
+  int Cin, Cout;
+  void operator()(std::int64_t item) const {
+    const float* g = W + item * 9;  // item = co * Cin + ci
+    float Gg[4][3];                 // G g: rows of g combined
+    for (int j = 0; j < 3; ++j) {
+      Gg[0][j] = g[j];
+      Gg[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+      Gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+      Gg[3][j] = g[6 + j];
+    }
+    const std::int64_t plane = std::int64_t(Cout) * Cin;  // one ξ's [Cout][Cin]
+    for (int i = 0; i < 4; ++i) {                          // (G g) Gᵀ: its columns combined
+      const float* r = Gg[i];
+      const float u[4] = {r[0], 0.5f * (r[0] + r[1] + r[2]), 0.5f * (r[0] - r[1] + r[2]), r[2]};
+      for (int j = 0; j < 4; ++j) U[(4 * i + j) * plane + item] = u[j];
+    }
+  }
+};
+
+// A panel's lanes hold its tiles in a transposed order: lane 4r + m of each kLanes-lane vector
+// holds the vector's tile 4m + r. That is the order in which four 16-byte rows of four tiles'
+// blocks come out of the transpose below (load_block_rows); the products do not care, and the
+// masks and the scatters' addresses are made in the same order.
+inline int tile_in_lane(int lane) { return 4 * (lane % 4) + lane / 4; }
+
+// Item: one panel of kPanel tiles of a slice's count images (tile t is image t / (Th*Tw), tile row
+// t / Tw % Th, tile column t % Tw; Th = ceil(H/2), Tw = ceil(W/2)), for every output channel: the
+// 2x2 pixels of each tile, z[co][e] = b[co] + (the convolution), e in the slice's columns of z.
+// Per panel: V [16][Cin][kPanel], the tiles' Bᵀ d B for every input channel (in the thread's own
+// buffer: items of one call may run on several threads at once); then kRows output channels at a
+// time, the 16 products U[ξ] V[ξ] into M [16][kRows][kPanel] and each tile's y = Aᵀ M A.
+struct WinogradConv {
+  const float* x;  // [Cin][B][H][W]
+  const float* U;  // [16][Cout][Cin], WinogradWeights'
+  const float* b;  // [Cout], or null: no bias
+  float* z;        // the slice's first output column: z[co * ldz + e]
+  std::int64_t ldz;
+  int B, first, count, H, Wd, Cin, Cout;
+
+  // In each 128-bit block, a's and b's first two floats interleaved (unpack_low) or their last two
+  // (unpack_high): _mm512_unpacklo_ps and _mm512_unpackhi_ps, written as shuffles because GCC 12
+  // warns about those intrinsics' own undefined start value.
+  static __m512 unpack_low(__m512 a, __m512 b) {
+    return __builtin_shufflevector(a, b, 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+  }
+  static __m512 unpack_high(__m512 a, __m512 b) {
+    return __builtin_shufflevector(a, b, 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+  }
+
+  // Rows i = 0..3 of the kLanes tiles' 4x4 blocks of one channel, d[i][j] (column j), in lane
+  // order, 0 outside the image. row_at[i][t]: where row i of tile t's block starts in the channel's
+  // slice (column 2tx - 1; a row of the tile's own if row i lies outside the image, so that every
+  // read stays in x); its four floats are one 16-byte load. Four tiles' rows make a 64-byte vector
+  // (one per 128-bit block), and a 4x4 transpose inside each block turns four such vectors into
+  // the four columns, each lane one tile (in tile_in_lane's order).
+  static void load_block_rows(const float* slice, const std::int32_t (*row_at)[kLanes], const __mmask16* row_in,
+                              const __mmask16* col_in, vf d[4][4]) {
+    for (int i = 0; i < 4; ++i) {
+      __m512 rows[4];  // rows[q], block r: row i of tile 4q + r
+      for (int q = 0; q < 4; ++q) {
+        const std::int32_t* at = row_at[i] + 4 * q;
+        __m512 v = _mm512_zextps128_ps512(_mm_loadu_ps(slice + at[0]));
+        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[1]), 1);
+        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[2]), 2);
+        rows[q] = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[3]), 3);
+      }
+      const __m512 lo01 = unpack_low(rows[0], rows[1]), hi01 = unpack_high(rows[0], rows[1]);
+      const __m512 lo23 = unpack_low(rows[2], rows[3]), hi23 = unpack_high(rows[2], rows[3]);
+      d[i][0] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[0], lo01, lo23, 0x44);
+      d[i][1] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[1], lo01, lo23, 0xEE);
+      d[i][2] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[2], hi01, hi23, 0x44);
+      d[i][3] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[3], hi01, hi23, 0xEE);
+    }
+  }
+
+  void operator()(std::int64_t item) const {
+    const int Th = (H + 1) / 2, Tw = (Wd + 1) / 2, tiles = count * Th * Tw, plane = H * Wd;
+    // Per lane: where its 2x2 output starts (out_at) and its 4x4 block (block_at: row 2ty - 1,
+    // column 2tx - 1), relative to a channel's slice; which of the block's rows and columns lie in
+    // the image, as AVX-512 masks (bit l for lane l); and per vector the range the 16-byte row
+    // loads touch, [lowest, highest).
+    alignas(64) std::int32_t block_at[kPanel], out_at[kPanel];
+    std::int32_t row_at[kVectors][4][kLanes];  // by tile, not lane: load_block_rows' input
+    __mmask16 row_in[kVectors][4] = {}, col_in[kVectors][4] = {}, live[kVectors] = {};
+    std::int32_t lowest[kVectors], highest[kVectors];
+    for (int v = 0; v < kVectors; ++v) lowest[v] = highest[v] = 0;
+    for (int l = 0; l < kPanel; ++l) {
+      const int v = l / kLanes, in_vector = tile_in_lane(l % kLanes), t = int(item) * kPanel + v * kLanes + in_vector;
+      const __mmask16 bit = __mmask16(1u << (l % kLanes));
+      const int image = t / (Th * Tw), ty = t / Tw % Th, tx = t % Tw;
+      const bool real = t < tiles;  // else past the slice's last tile: every mask bit stays 0
+      block_at[l] = real ? image * plane + (2 * ty - 1) * Wd + 2 * tx - 1 : 0;
+      out_at[l] = real ? image * plane + 2 * ty * Wd + 2 * tx : 0;
+      if (real) live[v] |= bit;
+      for (int s = 0; s < 4; ++s) {
+        const bool row_inside = real && 2 * ty - 1 + s >= 0 && 2 * ty - 1 + s < H;
+        if (row_inside) row_in[v][s] |= bit;
+        if (real && 2 * tx - 1 + s >= 0 && 2 * tx - 1 + s < Wd) col_in[v][s] |= bit;
+        const int at = real ? image * plane + (row_inside ? 2 * ty - 1 + s : 2 * ty) * Wd + 2 * tx - 1 : 0;
+        row_at[v][s][in_vector] = at;
+        lowest[v] = std::min(lowest[v], at);
+        highest[v] = std::max(highest[v], at + 4);
+      }
+    }
+    // 1. V = Bᵀ d B for every input channel, kLanes tiles at a time.
+    thread_local std::vector<float> inputs;
+    inputs.resize(std::size_t(16) * Cin * kPanel);
+    float* V = inputs.data();  // V[ξ][ci][l]: row ci of ξ's panel at V + (ξ * Cin + ci) * kPanel
+    const std::int64_t x_floats = std::int64_t(Cin) * B * plane;
+    for (int ci = 0; ci < Cin; ++ci) {
+      const std::int64_t offset = (std::int64_t(ci) * B + first) * plane;  // channel ci's count images
+      const float* slice = x + offset;
+      for (int v = 0; v < kVectors; ++v) {
+        vf d[4][4];  // d[i][j]: pixel (2ty - 1 + i, 2tx - 1 + j) of each lane's tile, 0 outside
+        if (offset + lowest[v] >= 0 && offset + highest[v] <= x_floats) {
+          load_block_rows(slice, row_at[v], row_in[v], col_in[v], d);
+        } else {  // the very first or last tile of x, whose block reaches a float past either end:
+                  // the masked gathers read only the pixels inside the image
+          const __m512i at = _mm512_load_si512(block_at + kLanes * v);
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j)
+              d[i][j] = (vf)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), row_in[v][i] & col_in[v][j], at,
+                                                     slice + i * Wd + j, 4);
+        }
+        vf Bd[4][4];  // Bᵀ d: rows combined
+        for (int j = 0; j < 4; ++j) {
+          Bd[0][j] = d[0][j] - d[2][j];
+          Bd[1][j] = d[1][j] + d[2][j];
+          Bd[2][j] = d[2][j] - d[1][j];
+          Bd[3][j] = d[1][j] - d[3][j];
+        }
+        for (int i = 0; i < 4; ++i) {  // (Bᵀ d) B: columns combined
+          float* row = V + (std::int64_t(4 * i) * Cin + ci) * kPanel + kLanes * v;
+          const std::int64_t next = std::int64_t(Cin) * kPanel;  // ξ to ξ + 1
+          store_vector(row, Bd[i][0] - Bd[i][2]);
+          store_vector(row + next, Bd[i][1] + Bd[i][2]);
+          store_vector(row + 2 * next, Bd[i][2] - Bd[i][1]);
+          store_vector(row + 3 * next, Bd[i][1] - Bd[i][3]);
+        }
+      }
+    }
+    // 2. kRows output channels at a time: M[ξ] = U[ξ] V[ξ], then y = Aᵀ M A for each tile.
+    alignas(64) float M[16][kRows][kPanel];
+    for (int co = 0; co < Cout; co += kRows) {
+      const int rows = std::min(kRows, Cout - co);
+      for (int xi = 0; xi < 16; ++xi) {
+        const float* Ur = U + (std::int64_t(xi) * Cout + co) * Cin;
+        const float* Vr = V + std::int64_t(xi) * Cin * kPanel;
+        float* Mr = &M[xi][0][0];
+        switch (rows) {  // (as PanelConv's: cases 7 and 8 for AVX-512's kRows = 8)
+          case 8: multiply_panel<8>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          case 7: multiply_panel<7>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          case 6: multiply_panel<6>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          case 5: multiply_panel<5>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          case 4: multiply_panel<4>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          case 3: multiply_panel<3>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          case 2: multiply_panel<2>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+          default: multiply_panel<1>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
+        }
+      }
+      for (int r = 0; r < rows; ++r) {
+        float* zr = z + std::int64_t(co + r) * ldz;
+        const float bias = b ? b[co + r] : 0.0f;
+        for (int v = 0; v < kVectors; ++v) {
+          vf m[16];
+          for (int xi = 0; xi < 16; ++xi) m[xi] = load_vector(&M[xi][r][kLanes * v]);
+          vf Am[2][4];  // Aᵀ M: rows combined
+          for (int j = 0; j < 4; ++j) {
+            Am[0][j] = m[j] + m[4 + j] + m[8 + j];
+            Am[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+          }
+          // (Aᵀ M) A, each pixel scattered to its place: (2ty, 2tx) always; the column 2tx + 1 and
+          // the row 2ty + 1 only where they lie inside the image (odd sides: the last tile's half).
+          const __m512i at = _mm512_load_si512(out_at + kLanes * v);
+          const __mmask16 right = live[v] & col_in[v][2], below = live[v] & row_in[v][2];
+          _mm512_mask_i32scatter_ps(zr, live[v], at, (__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), 4);
+          _mm512_mask_i32scatter_ps(zr + 1, right, at, (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias), 4);
+          _mm512_mask_i32scatter_ps(zr + Wd, below, at, (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), 4);
+          _mm512_mask_i32scatter_ps(zr + Wd + 1, right & below, at,
+                                    (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias), 4);
+        }
+      }
+    }
+  }
+};
+#endif  // __AVX512F__
 }  // namespace
 #endif
 
@@ -288,6 +523,16 @@ bool multiplies_in_panels(ImageShape xs, ConvShape c) {
 #endif
 }
 
+bool multiplies_by_winograd(ImageShape xs, ConvShape c) {
+#if MGPU_CUDA || !defined(__AVX512F__)
+  (void)xs, (void)c;
+  return false;
+#else
+  return c.kernel == 3 && c.stride == 1 && c.padding == 1 && c.in_channels >= kWinogradMinChannels &&
+         xs.height > 0 && xs.width > 0;
+#endif
+}
+
 namespace {
 // z's columns of images [first, first + count) (a block of z [Cout][B*H*W], row length ldz) =
 // W x + b, the convolution of x [Cin][B][H][W] that multiplies_in_panels; b may be null.
@@ -301,6 +546,36 @@ void panel_conv_images(const Device& d, const float* x, ImageShape xs, ConvShape
   mgpu::for_each_index(d, ceil_div(int(pixels), kPanel),
                        PanelConv{x, W, b, z, ldz, xs.batch, first, count, xs.height, xs.width, c.in_channels,
                                  c.out_channels, c.kernel, c.padding},
+                       sizeof(float) * double(pixels) * (c.in_channels + c.out_channels));
+#endif
+}
+
+// U [16][Cout][Cin] = Winograd's transform of W [Cout][Cin][3][3] (WinogradWeights).
+void winograd_weights(const Device& d, const float* W, ConvShape c, float* U) {
+#if MGPU_CUDA || !defined(__AVX512F__)
+  (void)d, (void)W, (void)c, (void)U;
+  throw mgpu::Error("winograd_weights: a kernel of the cpu build with AVX-512 only");
+#else
+  const i64 pairs = i64(c.out_channels) * c.in_channels;
+  mgpu::for_each_index(d, pairs, WinogradWeights{W, U, c.in_channels, c.out_channels},
+                       sizeof(float) * double(pairs) * (9 + 16));
+#endif
+}
+
+// z's columns of images [first, first + count) (a block of z [Cout][B*H*W], row length ldz) =
+// W x + b by Winograd's F(2x2, 3x3), U = winograd_weights(W), for a convolution that
+// multiplies_by_winograd; b may be null.
+void winograd_conv_images(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* U,
+                          const float* b, int first, int count, float* z, i64 ldz) {
+#if MGPU_CUDA || !defined(__AVX512F__)
+  (void)d, (void)x, (void)xs, (void)c, (void)U, (void)b, (void)first, (void)count, (void)z, (void)ldz;
+  throw mgpu::Error("winograd_conv_images: a kernel of the cpu build with AVX-512 only");
+#else
+  const i64 tiles = i64(count) * ((xs.height + 1) / 2) * ((xs.width + 1) / 2);
+  const i64 pixels = i64(count) * xs.height * xs.width;
+  mgpu::for_each_index(d, (tiles + kPanel - 1) / kPanel,
+                       WinogradConv{x, U, b, z, ldz, xs.batch, first, count, xs.height, xs.width, c.in_channels,
+                                    c.out_channels},
                        sizeof(float) * double(pixels) * (c.in_channels + c.out_channels));
 #endif
 }
@@ -367,6 +642,7 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int 
   plan.tile_floats = per_image * plan.images;
   plan.dcol_floats = i64(second_tile_rows(xs, c)) * s.Q * plan.images;
   plan.partial_floats = i64(c.out_channels) * s.K;
+  plan.winograd_floats = winograd_floats_of(xs, c);
   return plan;
 }
 
@@ -378,6 +654,14 @@ void tiled_conv_forward(const Device& d, const TilePlan& plan, const float* x, I
                         const float* W, const float* b, nn::ConvScratch scratch, float* z) {
   check_plan(d, plan, xs, c, scratch, "tiled_conv_forward");
   const ConvSizes s = sizes_of(xs, c);
+  if (multiplies_by_winograd(xs, c)) {  // the CPU's fewer multiplies: U once, then tile by tile
+    float* U = scratch.data + plan.scratch_floats() - plan.winograd_floats;
+    winograd_weights(d, W, c, U);
+    for_each_tile(d, plan, xs.batch, [&](int, int first, int count) {
+      winograd_conv_images(d, x, xs, c, U, b, first, count, z + i64(first) * s.Q, s.P);
+    });
+    return;
+  }
   if (multiplies_in_panels(xs, c)) {  // the CPU's kernel: no col, z starts from the bias
     for_each_tile(d, plan, xs.batch, [&](int, int first, int count) {
       panel_conv_images(d, x, xs, c, W, b, first, count, z + i64(first) * s.Q, s.P);
@@ -406,7 +690,12 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
   float* flipped = partials + (plan.lanes - 1) * plan.partial_floats;  // [Cin][Cout*k*k], if dx_by_convolution
   mgpu::fill(d, partials, (plan.lanes - 1) * plan.partial_floats, 0.0f);
   const int kk = c.kernel * c.kernel;
+  const ImageShape zs = nn::conv_output_shape(xs, c);
+  const ConvShape flipped_conv = flipped_of(c);  // dx = W flipped, convolved with dz (where dx_by_convolution)
+  const bool dx_by_winograd = dx && plan.dx_by_convolution && multiplies_by_winograd(zs, flipped_conv);
+  float* U = scratch.data + plan.scratch_floats() - plan.winograd_floats;  // its Winograd transform, if used
   if (dx && plan.dx_by_convolution) flip_weights(d, W, c, flipped);
+  if (dx_by_winograd) winograd_weights(d, flipped, flipped_conv, U);
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
     float* col = scratch.data + lane * (plan.tile_floats + plan.dcol_floats);  // [K][count*Q]
     float* second = col + plan.tile_floats;  // dcol [K][count*Q], or dz unfolded [Cout*k*k][count*Q]
@@ -421,8 +710,10 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
     if (plan.dx_by_convolution) {
       // dx's columns of these images = W flipped, convolved with dz's (same padding: 2p = k - 1)
       //   [Cin x columns] = [Cin x Cout*k*k][Cout*k*k x columns], in dx [Cin][B*H*W]
-      const ImageShape zs = nn::conv_output_shape(xs, c);
-      const ConvShape flipped_conv{c.out_channels, c.in_channels, c.kernel, 1, c.padding};
+      if (dx_by_winograd) {  // the CPU's fewer multiplies, as the forward pass's
+        winograd_conv_images(d, dz, zs, flipped_conv, U, nullptr, first, count, dx + i64(first) * s.Q, s.P);
+        return;
+      }
       if (multiplies_in_panels(zs, flipped_conv)) {  // the CPU's kernel, as the forward pass's
         panel_conv_images(d, dz, zs, flipped_conv, flipped, nullptr, first, count, dx + i64(first) * s.Q, s.P);
         return;

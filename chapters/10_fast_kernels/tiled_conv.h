@@ -77,9 +77,14 @@ struct TilePlan {
   std::int64_t tile_floats = 0;     // one col tile: K * images * Ho*Wo
   std::int64_t dcol_floats = 0;     // the backward's second tile: dcol, or dz unfolded (Cout*k*k x columns)
   std::int64_t partial_floats = 0;  // one lane's share of dW (lanes 1..), and W flipped: Cout * K
-  // lanes x (col tile, second tile), then lanes - 1 partials of dW, then W flipped (if used).
+  // Winograd's transform of W (forward) or of W flipped (dx), 16 * Cout * Cin, where either pass
+  // multiplies_by_winograd; else 0.
+  std::int64_t winograd_floats = 0;
+  // lanes x (col tile, second tile), then lanes - 1 partials of dW, then W flipped (if used), then
+  // the Winograd transform (if used).
   std::int64_t scratch_floats() const {
-    return lanes * (tile_floats + dcol_floats) + (lanes - 1 + (dx_by_convolution ? 1 : 0)) * partial_floats;
+    return lanes * (tile_floats + dcol_floats) + (lanes - 1 + (dx_by_convolution ? 1 : 0)) * partial_floats +
+           winograd_floats;
   }
 };
 // The plan for input xs on `lanes` lanes: as many images a tile as tile_floats hold, but at
@@ -101,6 +106,11 @@ bool unfolds_by_shifting(ImageShape xs, ConvShape c);  // stride 1 and 2 * paddi
 // rather than unfolding a col tile for a GEMM: a shifted convolution with k <= 11. Never in a
 // cuda build (its tiles go to cuBLAS).
 bool multiplies_in_panels(ImageShape xs, ConvShape c);
+// Whether the cpu build multiplies such a convolution by Winograd's F(2x2, 3x3) (tiled_conv.cu's
+// WinogradConv: 16 multiply-adds per 2x2 output pixels and channel pair where PanelConv does 36),
+// before PanelConv: a 3x3 convolution with stride 1 and padding 1, at least 16 input channels,
+// in a build for AVX-512 (its gathers and scatters; where it was measured). Never in a cuda build.
+bool multiplies_by_winograd(ImageShape xs, ConvShape c);
 void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count,
                            float* col);
 
