@@ -69,6 +69,10 @@ std::vector<ConvCase> conv_cases() {
       // each row or column is half outside the image.
       {{32, 2, 7, 5}, {32, 8, 3, 1, 1}},
       {{8, 2, 5, 7}, {8, 24, 3, 1, 1}},
+      // ...and its weight gradient (output channels a multiple of 16): 32 a panel row on odd
+      // sides, 16 a panel row on even ones.
+      {{16, 2, 7, 5}, {16, 32, 3, 1, 1}},
+      {{32, 2, 6, 6}, {32, 16, 3, 1, 1}},
   };
 }
 
@@ -544,7 +548,8 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   // (Cout = Cin), and W flipped takes one more partial's room.
   CHECK(plan.dx_by_convolution);
   CHECK(plan.dcol_floats == plan.tile_floats);
-  CHECK(plan.scratch_floats() == 2 * 2 * plan.tile_floats + 2 * plan.partial_floats + plan.winograd_floats);
+  CHECK(plan.scratch_floats() ==
+        2 * 2 * plan.tile_floats + 2 * plan.partial_floats + plan.winograd_floats + plan.winograd_dw_floats);
   // Stride 2: dcol and col2im, as chapter 09; twice the channels out: dz's unfolding is the larger.
   // The cpu build multiplies the shifted convolutions in panels, up to 11x11; a cuda build never.
   CHECK(fast::multiplies_in_panels(xs, c) == !mgpu::kCudaBackend);
@@ -568,6 +573,13 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   const std::int64_t by_winograd = winograd ? 16 * 8 * 48 : 0;
   CHECK(fast::plan_tiles(2, {8, 4, 14, 14}, {8, 48, 3, 1, 1}).winograd_floats == by_winograd);  // dx only
   CHECK(fast::plan_tiles(2, {8, 4, 14, 14}, {8, 8, 3, 1, 1}).winograd_floats == 0);             // neither
+  // The weight gradient by Winograd: where the passes are, with a multiple of 16 channels out. Per
+  // lane, V and D for a slice's tile positions (2 images of 28x28: 392 tiles, 400 positions) and its dU.
+  CHECK(fast::weight_gradient_by_winograd(xs, c) == winograd);
+  CHECK_FALSE(fast::weight_gradient_by_winograd({32, 4, 7, 5}, {32, 8, 3, 1, 1}));
+  CHECK_FALSE(fast::weight_gradient_by_winograd({8, 4, 14, 14}, {8, 32, 3, 1, 1}));
+  CHECK(plan.winograd_dw_floats == (winograd ? 2 * 16 * (400 * (16 + 16) + 16 * 16) : 0));
+  CHECK(plan.images == 2);
   const fast::TilePlan halving = fast::plan_tiles(2, xs, {16, 32, 3, 2, 1});
   CHECK_FALSE(halving.dx_by_convolution);
   CHECK(halving.dcol_floats == halving.tile_floats);
@@ -590,7 +602,8 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   const fast::TilePlan single = fast::plan_tiles(4, {16, 1, 28, 28}, c);
   CHECK(single.tiles == 1);
   CHECK(single.lanes == 1);
-  CHECK(single.scratch_floats() == 2 * single.tile_floats + single.partial_floats + single.winograd_floats);  // + W flipped
+  CHECK(single.scratch_floats() == 2 * single.tile_floats + single.partial_floats + single.winograd_floats +
+                                       single.winograd_dw_floats);  // + W flipped
   const char* refused = "plan_tiles: needs lanes, a tile size, a column minimum and a batch";
   CHECK_THROWS_WITH_AS(fast::plan_tiles(0, xs, c), doctest::Contains(refused), mgpu::Error);
   CHECK_THROWS_WITH_AS(fast::plan_tiles(2, {16, 0, 28, 28}, c), doctest::Contains(refused), mgpu::Error);
@@ -632,7 +645,7 @@ TEST_CASE("tiled convolution: im2col_shifted_images is chapter 09's im2col_image
     CHECK_THROWS_WITH_AS(fast::im2col_shifted_images(dev.d, any.data(), xs, cc.c, 3, 2, any.data()),
                          doctest::Contains("im2col_shifted_images: images 3..4 of a batch of 4"), mgpu::Error);
   }
-  CHECK(compared == 10 * 10);  // ten convolutions qualify, ten slices of four images each
+  CHECK(compared == 12 * 10);  // twelve convolutions qualify, ten slices of four images each
 }
 
 TEST_CASE("tiled convolution: forward and backward equal chapter 09's conv2d_forward and conv2d_backward") {

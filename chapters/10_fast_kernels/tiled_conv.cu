@@ -50,6 +50,20 @@ i64 winograd_floats_of(ImageShape xs, ConvShape c) {
   return multiplies_by_winograd(xs, c) || dx_too ? 16 * i64(c.in_channels) * c.out_channels : 0;
 }
 
+// The tile positions the weight gradient's V and D hold for a slice of `count` images: its 2x2
+// tiles, rounded up to whole groups of 16 (kLanes with AVX-512; the only build that uses them).
+i64 winograd_tile_positions(int H, int W, int count) {
+  const i64 tiles = i64(count) * ((H + 1) / 2) * ((W + 1) / 2);
+  return (tiles + 15) / 16 * 16;
+}
+// Room for the weight gradient by Winograd (weight_gradient_by_winograd): per lane, V [16][Cin][T]
+// and D [16][T][Cout] for a slice of `images` images, and the lane's dU [16][Cin][Cout]; else 0.
+i64 winograd_dw_floats_of(ImageShape xs, ConvShape c, int images, int lanes) {
+  if (!weight_gradient_by_winograd(xs, c)) return 0;
+  const i64 T = winograd_tile_positions(xs.height, xs.width, images);
+  return lanes * 16 * (T * (c.in_channels + c.out_channels) + i64(c.in_channels) * c.out_channels);
+}
+
 // Refuses (mgpu::Error naming `call`) a plan made for another convolution or for more lanes than
 // d has, and scratch smaller than the plan needs.
 void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape c, nn::ConvScratch scratch,
@@ -61,7 +75,8 @@ void check_plan(const Device& d, const TilePlan& plan, ImageShape xs, ConvShape 
                     plan.tile_floats == i64(s.K) * s.Q * plan.images &&
                     plan.dcol_floats == i64(second_tile_rows(xs, c)) * s.Q * plan.images &&
                     plan.partial_floats == i64(c.out_channels) * s.K &&
-                    plan.winograd_floats == winograd_floats_of(xs, c);
+                    plan.winograd_floats == winograd_floats_of(xs, c) &&
+                    plan.winograd_dw_floats == winograd_dw_floats_of(xs, c, plan.images, plan.lanes);
   if (!fits)
     throw mgpu::Error(std::string(call) + ": the tile plan (" + std::to_string(plan.images) + " images a tile, " +
                       std::to_string(plan.tiles) + " tiles, " + std::to_string(plan.lanes) +
@@ -168,27 +183,28 @@ inline vf load_vector(const float* p) {
 inline void store_vector(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 
 // z[r][j] (+)= sum over k of W[r][k] * panel[k][j], for r < R (one register block) and the first
-// `width` of the panel's kPanel columns; z starts from `init` (the bias, or null for 0) unless
-// `accumulate` (a later chunk of k: z holds the sums so far).
-template <int R>
-void multiply_panel(const float* panel, int K, const float* W, int ldw, const float* init, bool accumulate, float* z,
-                    std::int64_t ldz, int width) {
-  vf acc[R][kVectors];
-  float partial[R][kPanel];  // a last, narrower panel goes through here
+// `width` of the panel's NV * kLanes columns (a row of the panel: NV vectors, kPanel floats unless
+// NV = 1); z starts from `init` (the bias, or null for 0) unless `accumulate` (z holds sums so far).
+template <int R, int NV = kVectors>
+void multiply_panel(const float* panel, int K, const float* W, std::int64_t ldw, const float* init, bool accumulate,
+                    float* z, std::int64_t ldz, int width) {
+  constexpr int kWide = NV * kLanes;
+  vf acc[R][NV];
+  float partial[R][kWide];  // a last, narrower panel goes through here
   for (int r = 0; r < R; ++r) {
-    if (accumulate && width < kPanel)
-      for (int j = 0; j < kPanel; ++j) partial[r][j] = j < width ? z[r * ldz + j] : 0.0f;
-    for (int v = 0; v < kVectors; ++v) {
+    if (accumulate && width < kWide)
+      for (int j = 0; j < kWide; ++j) partial[r][j] = j < width ? z[r * ldz + j] : 0.0f;
+    for (int v = 0; v < NV; ++v) {
       if (accumulate)
-        acc[r][v] = load_vector((width < kPanel ? partial[r] : z + r * ldz) + kLanes * v);
+        acc[r][v] = load_vector((width < kWide ? partial[r] : z + r * ldz) + kLanes * v);
       else
         acc[r][v] = vf{} + (init ? init[r] : 0.0f);
     }
   }
   for (int k = 0; k < K; ++k) {
-    vf in[kVectors];
-    for (int v = 0; v < kVectors; ++v) {
-      in[v] = load_vector(panel + k * kPanel + kLanes * v);
+    vf in[NV];
+    for (int v = 0; v < NV; ++v) {
+      in[v] = load_vector(panel + std::int64_t(k) * kWide + kLanes * v);
 #if defined(__x86_64__)
       // Into a register, once: left alone, GCC reads it again from the panel in each of the
       // kRows multiply-adds (a memory operand), and the loads, not the multiply-adds, set the
@@ -198,16 +214,32 @@ void multiply_panel(const float* panel, int K, const float* W, int ldw, const fl
     }
     for (int r = 0; r < R; ++r) {
       const float w = W[r * ldw + k];
-      for (int v = 0; v < kVectors; ++v) acc[r][v] += w * in[v];
+      for (int v = 0; v < NV; ++v) acc[r][v] += w * in[v];
     }
   }
   for (int r = 0; r < R; ++r) {
-    if (width == kPanel) {
-      for (int v = 0; v < kVectors; ++v) store_vector(z + r * ldz + kLanes * v, acc[r][v]);
+    if (width == kWide) {
+      for (int v = 0; v < NV; ++v) store_vector(z + r * ldz + kLanes * v, acc[r][v]);
     } else {
-      for (int v = 0; v < kVectors; ++v) store_vector(partial[r] + kLanes * v, acc[r][v]);
+      for (int v = 0; v < NV; ++v) store_vector(partial[r] + kLanes * v, acc[r][v]);
       for (int j = 0; j < width; ++j) z[r * ldz + j] = partial[r][j];
     }
+  }
+}
+
+// multiply_panel for `rows` (1..kRows) rows of W: one register block of that height.
+template <int NV = kVectors>
+void multiply_rows(int rows, const float* panel, int K, const float* W, std::int64_t ldw, const float* init,
+                   bool accumulate, float* z, std::int64_t ldz, int width) {
+  switch (rows) {  // (cases 7 and 8 are there for AVX-512's kRows = 8; with AVX2's 6 they never run)
+    case 8: return multiply_panel<8, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    case 7: return multiply_panel<7, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    case 6: return multiply_panel<6, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    case 5: return multiply_panel<5, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    case 4: return multiply_panel<4, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    case 3: return multiply_panel<3, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    case 2: return multiply_panel<2, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
+    default: return multiply_panel<1, NV>(panel, K, W, ldw, init, accumulate, z, ldz, width);
   }
 }
 
@@ -271,17 +303,7 @@ struct PanelConv {
         const float* Wr = W + std::int64_t(co) * K + k0;
         const float* ir = init ? init + co : nullptr;
         float* zr = z + co * ldz + e0;
-        // (Cases 7 and 8 are there for AVX-512's kRows = 8; with AVX2's 6 they never run.)
-        switch (std::min(kRows, Cout - co)) {
-          case 8: multiply_panel<8>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          case 7: multiply_panel<7>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          case 6: multiply_panel<6>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          case 5: multiply_panel<5>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          case 4: multiply_panel<4>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          case 3: multiply_panel<3>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          case 2: multiply_panel<2>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-          default: multiply_panel<1>(panel, rows, Wr, K, ir, accumulate, zr, ldz, width); break;
-        }
+        multiply_rows(std::min(kRows, Cout - co), panel, rows, Wr, K, ir, accumulate, zr, ldz, width);
       }
     }
   }
@@ -340,18 +362,171 @@ struct WinogradWeights {
   }
 };
 
-// A panel's lanes hold its tiles in a transposed order: lane 4r + m of each kLanes-lane vector
-// holds the vector's tile 4m + r. That is the order in which four 16-byte rows of four tiles'
-// blocks come out of the transpose below (load_block_rows); the products do not care, and the
-// masks and the scatters' addresses are made in the same order.
+// Tiles are taken kLanes at a time, one per lane of a vector, in a transposed order: lane 4r + m
+// holds the group's tile 4m + r. That is the order in which four 16-byte rows of four tiles'
+// blocks come out of the transpose in winograd_inputs; the products do not care, and the masks,
+// the scatters' addresses and the weight gradient's tiles are made in the same order.
 inline int tile_in_lane(int lane) { return 4 * (lane % 4) + lane / 4; }
 
-// Item: one panel of kPanel tiles of a slice's count images (tile t is image t / (Th*Tw), tile row
-// t / Tw % Th, tile column t % Tw; Th = ceil(H/2), Tw = ceil(W/2)), for every output channel: the
-// 2x2 pixels of each tile, z[co][e] = b[co] + (the convolution), e in the slice's columns of z.
-// Per panel: V [16][Cin][kPanel], the tiles' Bᵀ d B for every input channel (in the thread's own
-// buffer: items of one call may run on several threads at once); then kRows output channels at a
-// time, the 16 products U[ξ] V[ξ] into M [16][kRows][kPanel] and each tile's y = Aᵀ M A.
+// Where kLanes tiles t0.. of a slice's count images lie (tile t is image t / (Th*Tw), tile row
+// t / Tw % Th, tile column t % Tw; Th = ceil(H/2), Tw = ceil(W/2)); a lane whose tile is past the
+// slice's last (t >= tiles) has every mask bit 0. Offsets are within one channel's slice.
+struct TileGroup {
+  alignas(64) std::int32_t block_at[kLanes];  // lane l: its 4x4 block's corner (2ty - 1, 2tx - 1)
+  alignas(64) std::int32_t out_at[kLanes];    // lane l: its 2x2 output's corner (2ty, 2tx)
+  // By tile (not lane): where row i of tile t's block starts, or a row of the tile's own where
+  // row i lies outside the image, so that every 16-byte row load stays in x.
+  std::int32_t row_at[4][kLanes];
+  __mmask16 row_in[4] = {}, col_in[4] = {}, live = 0;  // bit l: lane l's row / column i inside; a tile
+  std::int32_t lowest = 0, highest = 0;                 // what the row loads touch: [lowest, highest)
+
+  TileGroup(int t0, int tiles, int H, int W) {
+    const int Th = (H + 1) / 2, Tw = (W + 1) / 2, plane = H * W;
+    for (int l = 0; l < kLanes; ++l) {
+      const int tile = tile_in_lane(l), t = t0 + tile;
+      const __mmask16 bit = __mmask16(1u << l);
+      const int image = t / (Th * Tw), ty = t / Tw % Th, tx = t % Tw;
+      const bool real = t < tiles;
+      block_at[l] = real ? image * plane + (2 * ty - 1) * W + 2 * tx - 1 : 0;
+      out_at[l] = real ? image * plane + 2 * ty * W + 2 * tx : 0;
+      if (real) live |= bit;
+      for (int s = 0; s < 4; ++s) {
+        const bool row_inside = real && 2 * ty - 1 + s >= 0 && 2 * ty - 1 + s < H;
+        if (row_inside) row_in[s] |= bit;
+        if (real && 2 * tx - 1 + s >= 0 && 2 * tx - 1 + s < W) col_in[s] |= bit;
+        row_at[s][tile] = real ? image * plane + (row_inside ? 2 * ty - 1 + s : 2 * ty) * W + 2 * tx - 1 : 0;
+        lowest = std::min(lowest, row_at[s][tile]);
+        highest = std::max(highest, row_at[s][tile] + 4);
+      }
+    }
+  }
+};
+
+// In each 128-bit block, a's and b's first two floats interleaved (unpack_low) or their last two
+// (unpack_high): _mm512_unpacklo_ps and _mm512_unpackhi_ps, written as shuffles because GCC 12
+// warns about those intrinsics' own undefined start value.
+inline __m512 unpack_low(__m512 a, __m512 b) {
+  return __builtin_shufflevector(a, b, 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+}
+inline __m512 unpack_high(__m512 a, __m512 b) {
+  return __builtin_shufflevector(a, b, 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+}
+// In each 128-bit block, a's first two floats then b's (pairs_low), or their last two (pairs_high):
+// _mm512_shuffle_ps with 0x44 and 0xEE.
+inline __m512 pairs_low(__m512 a, __m512 b) {
+  return __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+}
+inline __m512 pairs_high(__m512 a, __m512 b) {
+  return __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+}
+// a's 128-bit blocks 0 and 2 then b's (blocks_even), or blocks 1 and 3 (blocks_odd):
+// _mm512_shuffle_f32x4 with 0x88 and 0xDD.
+inline __m512 blocks_even(__m512 a, __m512 b) {
+  return __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+}
+inline __m512 blocks_odd(__m512 a, __m512 b) {
+  return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+// r[i][j] becomes r[j][i] for a 16 x 16 block held as 16 vectors (r[i] a row): pairs of rows
+// interleaved, then quadruples, then 128-bit blocks across quadruples; 64 shuffles, no memory.
+inline void transpose_16x16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = unpack_low(r[k], r[k + 1]);
+    t[k + 1] = unpack_high(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {  // u[k + m], block L: column 4L + m of rows k..k+3
+    u[k + 0] = pairs_low(t[k], t[k + 2]);
+    u[k + 1] = pairs_high(t[k], t[k + 2]);
+    u[k + 2] = pairs_low(t[k + 1], t[k + 3]);
+    u[k + 3] = pairs_high(t[k + 1], t[k + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {  // column 4L + m = blocks L of u[m], u[4 + m], u[8 + m], u[12 + m]
+    const __m512 even01 = blocks_even(u[m], u[4 + m]), odd01 = blocks_odd(u[m], u[4 + m]);
+    const __m512 even23 = blocks_even(u[8 + m], u[12 + m]), odd23 = blocks_odd(u[8 + m], u[12 + m]);
+    r[m] = blocks_even(even01, even23);
+    r[4 + m] = blocks_even(odd01, odd23);
+    r[8 + m] = blocks_odd(even01, even23);
+    r[12 + m] = blocks_odd(odd01, odd23);
+  }
+}
+
+// Rows [row_begin, row_end) of the group's 4x4 blocks in one channel: d[i][j] is pixel
+// (2ty - 1 + i, 2tx - 1 + j) of each lane's tile, 0 outside the image. slice is that channel's
+// count images, at `offset` floats into the tensor (x_floats long). A block's row is four
+// contiguous floats: one 16-byte load; four tiles' rows make a 64-byte vector (one per 128-bit
+// block), and a 4x4 transpose inside the blocks turns four such vectors into the four columns
+// d[i][0..3], each lane one tile. Only where that would read past either end of the tensor (its
+// very first or last tile) the masked gathers read the pixels instead.
+inline void load_blocks(const TileGroup& g, const float* slice, std::int64_t offset, std::int64_t x_floats, int W,
+                        int row_begin, int row_end, vf d[4][4]) {
+  if (offset + g.lowest >= 0 && offset + g.highest <= x_floats) {
+    for (int i = row_begin; i < row_end; ++i) {
+      __m512 rows[4];  // rows[q], block r: row i of tile 4q + r
+      for (int q = 0; q < 4; ++q) {
+        const std::int32_t* at = g.row_at[i] + 4 * q;
+        __m512 v = _mm512_zextps128_ps512(_mm_loadu_ps(slice + at[0]));
+        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[1]), 1);
+        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[2]), 2);
+        rows[q] = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[3]), 3);
+      }
+      const __m512 lo01 = unpack_low(rows[0], rows[1]), hi01 = unpack_high(rows[0], rows[1]);
+      const __m512 lo23 = unpack_low(rows[2], rows[3]), hi23 = unpack_high(rows[2], rows[3]);
+      d[i][0] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[0], pairs_low(lo01, lo23));
+      d[i][1] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[1], pairs_high(lo01, lo23));
+      d[i][2] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[2], pairs_low(hi01, hi23));
+      d[i][3] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[3], pairs_high(hi01, hi23));
+    }
+  } else {
+    const __m512i at = _mm512_load_si512(g.block_at);
+    for (int i = row_begin; i < row_end; ++i)
+      for (int j = 0; j < 4; ++j)
+        d[i][j] = (vf)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), g.row_in[i] & g.col_in[j], at, slice + i * W + j, 4);
+  }
+}
+
+// V[ξ] = (Bᵀ d B)[ξ] for the group's tiles in one channel (load_blocks' arguments).
+inline void winograd_inputs(const TileGroup& g, const float* slice, std::int64_t offset, std::int64_t x_floats, int W,
+                            vf V[16]) {
+  vf d[4][4];
+  load_blocks(g, slice, offset, x_floats, W, 0, 4, d);
+  vf Bd[4][4];  // Bᵀ d: rows combined
+  for (int j = 0; j < 4; ++j) {
+    Bd[0][j] = d[0][j] - d[2][j];
+    Bd[1][j] = d[1][j] + d[2][j];
+    Bd[2][j] = d[2][j] - d[1][j];
+    Bd[3][j] = d[1][j] - d[3][j];
+  }
+  for (int i = 0; i < 4; ++i) {  // (Bᵀ d) B: columns combined
+    V[4 * i + 0] = Bd[i][0] - Bd[i][2];
+    V[4 * i + 1] = Bd[i][1] + Bd[i][2];
+    V[4 * i + 2] = Bd[i][2] - Bd[i][1];
+    V[4 * i + 3] = Bd[i][1] - Bd[i][3];
+  }
+}
+
+// The group's 2x2 outputs in one channel, y = Aᵀ m A + bias, from its 16 sums m[ξ] (a vector of
+// tiles each), scattered to zr (the channel's slice of z): (2ty, 2tx) always, the column 2tx + 1
+// and the row 2ty + 1 only where they lie inside the image (odd sides: the last tile's half).
+inline void winograd_outputs(const TileGroup& g, const vf m[16], float bias, float* zr, int W) {
+  vf Am[2][4];  // Aᵀ m: rows combined
+  for (int j = 0; j < 4; ++j) {
+    Am[0][j] = m[j] + m[4 + j] + m[8 + j];
+    Am[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+  }
+  const __m512i at = _mm512_load_si512(g.out_at);
+  const __mmask16 right = g.live & g.col_in[2], below = g.live & g.row_in[2];  // 2tx + 1 < W, 2ty + 1 < H
+  _mm512_mask_i32scatter_ps(zr, g.live, at, (__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), 4);
+  _mm512_mask_i32scatter_ps(zr + 1, right, at, (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias), 4);
+  _mm512_mask_i32scatter_ps(zr + W, below, at, (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), 4);
+  _mm512_mask_i32scatter_ps(zr + W + 1, right & below, at, (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias), 4);
+}
+
+// Item: one panel of kPanel tiles (two groups) of a slice's count images, for every output
+// channel: the 2x2 pixels of each tile, z[co][e] = b[co] + (the convolution), e in the slice's
+// columns of z. Per panel: V [16][Cin][kPanel], the tiles' Bᵀ d B for every input channel (in the
+// thread's own buffer: items of one call may run on several threads at once); then kRows output
+// channels at a time, the 16 products U[ξ] V[ξ] into M [16][kRows][kPanel], and y = Aᵀ M A.
 struct WinogradConv {
   const float* x;  // [Cin][B][H][W]
   const float* U;  // [16][Cout][Cin], WinogradWeights'
@@ -360,149 +535,153 @@ struct WinogradConv {
   std::int64_t ldz;
   int B, first, count, H, Wd, Cin, Cout;
 
-  // In each 128-bit block, a's and b's first two floats interleaved (unpack_low) or their last two
-  // (unpack_high): _mm512_unpacklo_ps and _mm512_unpackhi_ps, written as shuffles because GCC 12
-  // warns about those intrinsics' own undefined start value.
-  static __m512 unpack_low(__m512 a, __m512 b) {
-    return __builtin_shufflevector(a, b, 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
-  }
-  static __m512 unpack_high(__m512 a, __m512 b) {
-    return __builtin_shufflevector(a, b, 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
-  }
-
-  // Rows i = 0..3 of the kLanes tiles' 4x4 blocks of one channel, d[i][j] (column j), in lane
-  // order, 0 outside the image. row_at[i][t]: where row i of tile t's block starts in the channel's
-  // slice (column 2tx - 1; a row of the tile's own if row i lies outside the image, so that every
-  // read stays in x); its four floats are one 16-byte load. Four tiles' rows make a 64-byte vector
-  // (one per 128-bit block), and a 4x4 transpose inside each block turns four such vectors into
-  // the four columns, each lane one tile (in tile_in_lane's order).
-  static void load_block_rows(const float* slice, const std::int32_t (*row_at)[kLanes], const __mmask16* row_in,
-                              const __mmask16* col_in, vf d[4][4]) {
-    for (int i = 0; i < 4; ++i) {
-      __m512 rows[4];  // rows[q], block r: row i of tile 4q + r
-      for (int q = 0; q < 4; ++q) {
-        const std::int32_t* at = row_at[i] + 4 * q;
-        __m512 v = _mm512_zextps128_ps512(_mm_loadu_ps(slice + at[0]));
-        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[1]), 1);
-        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[2]), 2);
-        rows[q] = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[3]), 3);
-      }
-      const __m512 lo01 = unpack_low(rows[0], rows[1]), hi01 = unpack_high(rows[0], rows[1]);
-      const __m512 lo23 = unpack_low(rows[2], rows[3]), hi23 = unpack_high(rows[2], rows[3]);
-      d[i][0] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[0], lo01, lo23, 0x44);
-      d[i][1] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[1], lo01, lo23, 0xEE);
-      d[i][2] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[2], hi01, hi23, 0x44);
-      d[i][3] = (vf)_mm512_maskz_shuffle_ps(row_in[i] & col_in[3], hi01, hi23, 0xEE);
-    }
-  }
-
   void operator()(std::int64_t item) const {
-    const int Th = (H + 1) / 2, Tw = (Wd + 1) / 2, tiles = count * Th * Tw, plane = H * Wd;
-    // Per lane: where its 2x2 output starts (out_at) and its 4x4 block (block_at: row 2ty - 1,
-    // column 2tx - 1), relative to a channel's slice; which of the block's rows and columns lie in
-    // the image, as AVX-512 masks (bit l for lane l); and per vector the range the 16-byte row
-    // loads touch, [lowest, highest).
-    alignas(64) std::int32_t block_at[kPanel], out_at[kPanel];
-    std::int32_t row_at[kVectors][4][kLanes];  // by tile, not lane: load_block_rows' input
-    __mmask16 row_in[kVectors][4] = {}, col_in[kVectors][4] = {}, live[kVectors] = {};
-    std::int32_t lowest[kVectors], highest[kVectors];
-    for (int v = 0; v < kVectors; ++v) lowest[v] = highest[v] = 0;
-    for (int l = 0; l < kPanel; ++l) {
-      const int v = l / kLanes, in_vector = tile_in_lane(l % kLanes), t = int(item) * kPanel + v * kLanes + in_vector;
-      const __mmask16 bit = __mmask16(1u << (l % kLanes));
-      const int image = t / (Th * Tw), ty = t / Tw % Th, tx = t % Tw;
-      const bool real = t < tiles;  // else past the slice's last tile: every mask bit stays 0
-      block_at[l] = real ? image * plane + (2 * ty - 1) * Wd + 2 * tx - 1 : 0;
-      out_at[l] = real ? image * plane + 2 * ty * Wd + 2 * tx : 0;
-      if (real) live[v] |= bit;
-      for (int s = 0; s < 4; ++s) {
-        const bool row_inside = real && 2 * ty - 1 + s >= 0 && 2 * ty - 1 + s < H;
-        if (row_inside) row_in[v][s] |= bit;
-        if (real && 2 * tx - 1 + s >= 0 && 2 * tx - 1 + s < Wd) col_in[v][s] |= bit;
-        const int at = real ? image * plane + (row_inside ? 2 * ty - 1 + s : 2 * ty) * Wd + 2 * tx - 1 : 0;
-        row_at[v][s][in_vector] = at;
-        lowest[v] = std::min(lowest[v], at);
-        highest[v] = std::max(highest[v], at + 4);
-      }
-    }
-    // 1. V = Bᵀ d B for every input channel, kLanes tiles at a time.
+    const int tiles = count * ((H + 1) / 2) * ((Wd + 1) / 2), plane = H * Wd;
+    const TileGroup groups[kVectors] = {{int(item) * kPanel, tiles, H, Wd}, {int(item) * kPanel + kLanes, tiles, H, Wd}};
+    // 1. V = Bᵀ d B for every input channel.
     thread_local std::vector<float> inputs;
     inputs.resize(std::size_t(16) * Cin * kPanel);
     float* V = inputs.data();  // V[ξ][ci][l]: row ci of ξ's panel at V + (ξ * Cin + ci) * kPanel
     const std::int64_t x_floats = std::int64_t(Cin) * B * plane;
     for (int ci = 0; ci < Cin; ++ci) {
       const std::int64_t offset = (std::int64_t(ci) * B + first) * plane;  // channel ci's count images
-      const float* slice = x + offset;
       for (int v = 0; v < kVectors; ++v) {
-        vf d[4][4];  // d[i][j]: pixel (2ty - 1 + i, 2tx - 1 + j) of each lane's tile, 0 outside
-        if (offset + lowest[v] >= 0 && offset + highest[v] <= x_floats) {
-          load_block_rows(slice, row_at[v], row_in[v], col_in[v], d);
-        } else {  // the very first or last tile of x, whose block reaches a float past either end:
-                  // the masked gathers read only the pixels inside the image
-          const __m512i at = _mm512_load_si512(block_at + kLanes * v);
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j)
-              d[i][j] = (vf)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), row_in[v][i] & col_in[v][j], at,
-                                                     slice + i * Wd + j, 4);
-        }
-        vf Bd[4][4];  // Bᵀ d: rows combined
-        for (int j = 0; j < 4; ++j) {
-          Bd[0][j] = d[0][j] - d[2][j];
-          Bd[1][j] = d[1][j] + d[2][j];
-          Bd[2][j] = d[2][j] - d[1][j];
-          Bd[3][j] = d[1][j] - d[3][j];
-        }
-        for (int i = 0; i < 4; ++i) {  // (Bᵀ d) B: columns combined
-          float* row = V + (std::int64_t(4 * i) * Cin + ci) * kPanel + kLanes * v;
-          const std::int64_t next = std::int64_t(Cin) * kPanel;  // ξ to ξ + 1
-          store_vector(row, Bd[i][0] - Bd[i][2]);
-          store_vector(row + next, Bd[i][1] + Bd[i][2]);
-          store_vector(row + 2 * next, Bd[i][2] - Bd[i][1]);
-          store_vector(row + 3 * next, Bd[i][1] - Bd[i][3]);
-        }
+        vf tile_inputs[16];
+        winograd_inputs(groups[v], x + offset, offset, x_floats, Wd, tile_inputs);
+        for (int xi = 0; xi < 16; ++xi) store_vector(V + (std::int64_t(xi) * Cin + ci) * kPanel + kLanes * v, tile_inputs[xi]);
       }
     }
-    // 2. kRows output channels at a time: M[ξ] = U[ξ] V[ξ], then y = Aᵀ M A for each tile.
+    // 2. kRows output channels at a time: M[ξ] = U[ξ] V[ξ], then y = Aᵀ M A.
     alignas(64) float M[16][kRows][kPanel];
     for (int co = 0; co < Cout; co += kRows) {
       const int rows = std::min(kRows, Cout - co);
-      for (int xi = 0; xi < 16; ++xi) {
-        const float* Ur = U + (std::int64_t(xi) * Cout + co) * Cin;
-        const float* Vr = V + std::int64_t(xi) * Cin * kPanel;
-        float* Mr = &M[xi][0][0];
-        switch (rows) {  // (as PanelConv's: cases 7 and 8 for AVX-512's kRows = 8)
-          case 8: multiply_panel<8>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          case 7: multiply_panel<7>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          case 6: multiply_panel<6>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          case 5: multiply_panel<5>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          case 4: multiply_panel<4>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          case 3: multiply_panel<3>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          case 2: multiply_panel<2>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-          default: multiply_panel<1>(Vr, Cin, Ur, Cin, nullptr, false, Mr, kPanel, kPanel); break;
-        }
-      }
-      for (int r = 0; r < rows; ++r) {
-        float* zr = z + std::int64_t(co + r) * ldz;
-        const float bias = b ? b[co + r] : 0.0f;
+      for (int xi = 0; xi < 16; ++xi)
+        multiply_rows(rows, V + std::int64_t(xi) * Cin * kPanel, Cin, U + (std::int64_t(xi) * Cout + co) * Cin, Cin,
+                      nullptr, false, &M[xi][0][0], kPanel, kPanel);
+      for (int r = 0; r < rows; ++r)
         for (int v = 0; v < kVectors; ++v) {
           vf m[16];
           for (int xi = 0; xi < 16; ++xi) m[xi] = load_vector(&M[xi][r][kLanes * v]);
-          vf Am[2][4];  // Aᵀ M: rows combined
-          for (int j = 0; j < 4; ++j) {
-            Am[0][j] = m[j] + m[4 + j] + m[8 + j];
-            Am[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
-          }
-          // (Aᵀ M) A, each pixel scattered to its place: (2ty, 2tx) always; the column 2tx + 1 and
-          // the row 2ty + 1 only where they lie inside the image (odd sides: the last tile's half).
-          const __m512i at = _mm512_load_si512(out_at + kLanes * v);
-          const __mmask16 right = live[v] & col_in[v][2], below = live[v] & row_in[v][2];
-          _mm512_mask_i32scatter_ps(zr, live[v], at, (__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), 4);
-          _mm512_mask_i32scatter_ps(zr + 1, right, at, (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias), 4);
-          _mm512_mask_i32scatter_ps(zr + Wd, below, at, (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), 4);
-          _mm512_mask_i32scatter_ps(zr + Wd + 1, right & below, at,
-                                    (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias), 4);
+          winograd_outputs(groups[v], m, b ? b[co + r] : 0.0f, z + std::int64_t(co + r) * ldz, Wd);
+        }
+    }
+  }
+};
+
+// --- The weight gradient by the same transforms (step 7, second part)
+//
+// y = Aᵀ [U ⊙ V] A is linear in U, so the loss's gradient with respect to U is, summed over the
+// tiles, (A dy Aᵀ) ⊙ V, with dy a tile's 2x2 of dz; and as U = G g Gᵀ, dg = Gᵀ dU G. So, per
+// slice of images: V as the forward pass makes it, D = A dy Aᵀ (4x4 from 2x2, additions only) for
+// every tile and output channel, then for each ξ one product dU[ξ] [Cin x Cout] += V[ξ] [Cin x
+// tiles] D[ξ] [tiles x Cout], summed over the tiles: 16 of them, 16 multiply-adds per tile and
+// channel pair where im2col's product does 36. Each lane sums its own dU over its slices; at the
+// end dW += Gᵀ (Σ over lanes dU) G, in lane order: a fixed order, as the GEMM path's partials.
+//   V   [16][Cin][T]              T: the slice's tiles rounded up to kLanes, in tile_in_lane order
+//   D   [16][Cout / w][T][w]      w (16 or 32 output channels) a panel row: multiply_panel's layout
+//   dU  [lanes][16][Cin][Cout]
+
+// Item: one group of kLanes tiles of the slice: V[ξ][ci][16 * item + l] for every input channel.
+struct WinogradTileInputs {
+  const float* x;  // [Cin][B][H][W]
+  float* V;        // [16][Cin][T]
+  std::int64_t T;
+  int B, first, count, H, Wd, Cin;
+  void operator()(std::int64_t item) const {
+    const int tiles = count * ((H + 1) / 2) * ((Wd + 1) / 2), plane = H * Wd;
+    const TileGroup g(int(item) * kLanes, tiles, H, Wd);
+    const std::int64_t x_floats = std::int64_t(Cin) * B * plane;
+    for (int ci = 0; ci < Cin; ++ci) {
+      const std::int64_t offset = (std::int64_t(ci) * B + first) * plane;
+      vf tile_inputs[16];
+      winograd_inputs(g, x + offset, offset, x_floats, Wd, tile_inputs);
+      for (int xi = 0; xi < 16; ++xi) store_vector(V + (std::int64_t(xi) * Cin + ci) * T + kLanes * item, tile_inputs[xi]);
+    }
+  }
+};
+
+// Item: one group of kLanes tiles, positions 16 * item.. of T (as V holds them): D[ξ][cb][p][...]
+// = (A dy Aᵀ)[ξ] for every output channel, dy the tile's 2x2 of dz, 0 outside the image. A
+// channel's 2x2 blocks are rows and columns 1..2 of the same 4x4 windows the input's are
+// (load_blocks), so A dy Aᵀ comes out as 16 vectors over the group's tiles; for kLanes channels
+// those make, for each ξ, a 16 x 16 block [channel][tile], which transpose_16x16 turns into D's
+// rows [tile][channel]. (The rows of the products' panels run along the output channels.)
+struct WinogradTileGradients {
+  const float* dz;  // [Cout][B][H][W]
+  float* D;         // [16][Cout / w][T][w]
+  std::int64_t T;
+  int B, first, count, H, Wd, Cout, w;
+  void operator()(std::int64_t item) const {
+    const int tiles = count * ((H + 1) / 2) * ((Wd + 1) / 2), plane = H * Wd;
+    const TileGroup g(int(item) * kLanes, tiles, H, Wd);
+    const std::int64_t dz_floats = std::int64_t(Cout) * B * plane;
+    for (int co = 0; co < Cout; co += kLanes) {
+      __m512 block[16][16];  // block[ξ][channel co + c]: a vector over the group's tiles
+      for (int c = 0; c < kLanes; ++c) {
+        const std::int64_t offset = (std::int64_t(co + c) * B + first) * plane;
+        vf d[4][4];
+        load_blocks(g, dz + offset, offset, dz_floats, Wd, 1, 3, d);
+        const vf dy00 = d[1][1], dy01 = d[1][2], dy10 = d[2][1], dy11 = d[2][2];
+        const vf Ady[4][2] = {{dy00, dy01}, {dy00 + dy10, dy01 + dy11}, {dy00 - dy10, dy01 - dy11}, {-dy10, -dy11}};
+        for (int i = 0; i < 4; ++i) {  // (A dy) Aᵀ: columns combined
+          block[4 * i + 0][c] = (__m512)Ady[i][0];
+          block[4 * i + 1][c] = (__m512)(Ady[i][0] + Ady[i][1]);
+          block[4 * i + 2][c] = (__m512)(Ady[i][0] - Ady[i][1]);
+          block[4 * i + 3][c] = (__m512)(-Ady[i][1]);
         }
       }
+      const int cb = co / w, in_row = co % w;  // these channels' place in D's panel rows
+      for (int xi = 0; xi < 16; ++xi) {
+        transpose_16x16(block[xi]);  // block[xi][l]: lane l's tile, across the 16 channels
+        float* row = D + ((std::int64_t(xi) * (Cout / w) + cb) * T + kLanes * item) * w + in_row;
+        for (int l = 0; l < kLanes; ++l) _mm512_storeu_ps(row + std::int64_t(l) * w, block[xi][l]);
+      }
+    }
+  }
+};
+
+// Item (ξ, cb, ci block): dU[ξ][ci..ci+kRows)[cb * w..) += V[ξ][ci..][all T] D[ξ][cb][all T][..].
+struct WinogradWeightProducts {
+  const float* V;  // [16][Cin][T]
+  const float* D;  // [16][Cout / w][T][w]
+  float* dU;       // [16][Cin][Cout], this lane's
+  std::int64_t T;
+  int Cin, Cout, w;
+  void operator()(std::int64_t item) const {
+    const int blocks = (Cin + kRows - 1) / kRows, per_xi = (Cout / w) * blocks;
+    const int xi = int(item / per_xi), cb = int(item / blocks % (Cout / w)), ci = int(item % blocks) * kRows;
+    const float* panel = D + (std::int64_t(xi) * (Cout / w) + cb) * T * w;
+    const float* Vr = V + (std::int64_t(xi) * Cin + ci) * T;
+    float* out = dU + (std::int64_t(xi) * Cin + ci) * Cout + cb * w;
+    if (w == 2 * kLanes)
+      multiply_rows<2>(std::min(kRows, Cin - ci), panel, int(T), Vr, T, nullptr, true, out, Cout, w);
+    else
+      multiply_rows<1>(std::min(kRows, Cin - ci), panel, int(T), Vr, T, nullptr, true, out, Cout, w);
+  }
+};
+
+// Item (co, ci): dW[co][ci] (3x3) += Gᵀ (Σ over lanes dU[lane][·][ci][co]) G.
+struct WinogradWeightGradientSum {
+  const float* dU;  // [lanes][16][Cin][Cout]
+  float* dW;        // [Cout][Cin][3][3]
+  int lanes, Cin, Cout;
+  void operator()(std::int64_t item) const {
+    const int co = int(item / Cin), ci = int(item % Cin);
+    const std::int64_t plane = std::int64_t(Cin) * Cout;
+    float u[4][4] = {};
+    for (int lane = 0; lane < lanes; ++lane)
+      for (int xi = 0; xi < 16; ++xi) u[xi / 4][xi % 4] += dU[(lane * 16 + xi) * plane + std::int64_t(ci) * Cout + co];
+    float Gu[3][4];  // Gᵀ u: rows combined
+    for (int j = 0; j < 4; ++j) {
+      Gu[0][j] = u[0][j] + 0.5f * (u[1][j] + u[2][j]);
+      Gu[1][j] = 0.5f * (u[1][j] - u[2][j]);
+      Gu[2][j] = 0.5f * (u[1][j] + u[2][j]) + u[3][j];
+    }
+    float* g = dW + item * 9;  // item = co * Cin + ci
+    for (int i = 0; i < 3; ++i) {  // (Gᵀ u) G: columns combined
+      g[3 * i + 0] += Gu[i][0] + 0.5f * (Gu[i][1] + Gu[i][2]);
+      g[3 * i + 1] += 0.5f * (Gu[i][1] - Gu[i][2]);
+      g[3 * i + 2] += 0.5f * (Gu[i][1] + Gu[i][2]) + Gu[i][3];
     }
   }
 };
@@ -530,6 +709,15 @@ bool multiplies_by_winograd(ImageShape xs, ConvShape c) {
 #else
   return c.kernel == 3 && c.stride == 1 && c.padding == 1 && c.in_channels >= kWinogradMinChannels &&
          xs.height > 0 && xs.width > 0;
+#endif
+}
+
+bool weight_gradient_by_winograd(ImageShape xs, ConvShape c) {
+#if MGPU_CUDA || !defined(__AVX512F__)
+  (void)xs, (void)c;
+  return false;
+#else
+  return multiplies_by_winograd(xs, c) && c.out_channels % kLanes == 0;
 #endif
 }
 
@@ -577,6 +765,42 @@ void winograd_conv_images(const Device& d, const float* x, ImageShape xs, ConvSh
                        WinogradConv{x, U, b, z, ldz, xs.batch, first, count, xs.height, xs.width, c.in_channels,
                                     c.out_channels},
                        sizeof(float) * double(pixels) * (c.in_channels + c.out_channels));
+#endif
+}
+
+// The weight gradient of one slice of images [first, first + count) by Winograd's transforms, for
+// a convolution that weight_gradient_by_winograd: this lane's dU [16][Cin][Cout] += the slice's
+// sums; `work` holds its V and D (winograd_dw_floats_of's share of a lane, less dU).
+void winograd_weight_gradient_images(const Device& d, const float* x, const float* dz, ImageShape xs, ConvShape c,
+                                     int first, int count, float* work, float* dU) {
+#if MGPU_CUDA || !defined(__AVX512F__)
+  (void)d, (void)x, (void)dz, (void)xs, (void)c, (void)first, (void)count, (void)work, (void)dU;
+  throw mgpu::Error("winograd_weight_gradient_images: a kernel of the cpu build with AVX-512 only");
+#else
+  const int Cin = c.in_channels, Cout = c.out_channels, w = Cout % (2 * kLanes) == 0 ? 2 * kLanes : kLanes;
+  const i64 T = winograd_tile_positions(xs.height, xs.width, count);
+  float* V = work;                        // [16][Cin][T]
+  float* D = V + 16 * i64(Cin) * T;       // [16][Cout / w][T][w]
+  const double plane_bytes = sizeof(float) * double(count) * xs.height * xs.width;
+  mgpu::for_each_index(d, T / kLanes, WinogradTileInputs{x, V, T, xs.batch, first, count, xs.height, xs.width, Cin},
+                       plane_bytes * Cin + sizeof(float) * 16.0 * Cin * T);
+  mgpu::for_each_index(d, T / kLanes, WinogradTileGradients{dz, D, T, xs.batch, first, count, xs.height, xs.width, Cout, w},
+                       plane_bytes * Cout + sizeof(float) * 16.0 * Cout * T);
+  mgpu::for_each_index(d, 16 * i64(Cout / w) * ((Cin + kRows - 1) / kRows),
+                       WinogradWeightProducts{V, D, dU, T, Cin, Cout, w},
+                       sizeof(float) * 16.0 * (i64(Cin) * T + i64(Cout) * T + 2 * i64(Cin) * Cout));
+#endif
+}
+
+// dW += Gᵀ (the lanes' dU, summed in lane order) G.
+void winograd_weight_gradient_sum(const Device& d, const float* dU, int lanes, ConvShape c, float* dW) {
+#if MGPU_CUDA || !defined(__AVX512F__)
+  (void)d, (void)dU, (void)lanes, (void)c, (void)dW;
+  throw mgpu::Error("winograd_weight_gradient_sum: a kernel of the cpu build with AVX-512 only");
+#else
+  const i64 pairs = i64(c.out_channels) * c.in_channels;
+  mgpu::for_each_index(d, pairs, WinogradWeightGradientSum{dU, dW, lanes, c.in_channels, c.out_channels},
+                       sizeof(float) * double(pairs) * (16.0 * lanes + 18));
 #endif
 }
 }  // namespace
@@ -643,6 +867,7 @@ TilePlan plan_tiles(int lanes, ImageShape xs, ConvShape c, i64 tile_floats, int 
   plan.dcol_floats = i64(second_tile_rows(xs, c)) * s.Q * plan.images;
   plan.partial_floats = i64(c.out_channels) * s.K;
   plan.winograd_floats = winograd_floats_of(xs, c);
+  plan.winograd_dw_floats = winograd_dw_floats_of(xs, c, plan.images, plan.lanes);
   return plan;
 }
 
@@ -655,7 +880,7 @@ void tiled_conv_forward(const Device& d, const TilePlan& plan, const float* x, I
   check_plan(d, plan, xs, c, scratch, "tiled_conv_forward");
   const ConvSizes s = sizes_of(xs, c);
   if (multiplies_by_winograd(xs, c)) {  // the CPU's fewer multiplies: U once, then tile by tile
-    float* U = scratch.data + plan.scratch_floats() - plan.winograd_floats;
+    float* U = scratch.data + plan.scratch_floats() - plan.winograd_dw_floats - plan.winograd_floats;
     winograd_weights(d, W, c, U);
     for_each_tile(d, plan, xs.batch, [&](int, int first, int count) {
       winograd_conv_images(d, x, xs, c, U, b, first, count, z + i64(first) * s.Q, s.P);
@@ -693,7 +918,14 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
   const ImageShape zs = nn::conv_output_shape(xs, c);
   const ConvShape flipped_conv = flipped_of(c);  // dx = W flipped, convolved with dz (where dx_by_convolution)
   const bool dx_by_winograd = dx && plan.dx_by_convolution && multiplies_by_winograd(zs, flipped_conv);
-  float* U = scratch.data + plan.scratch_floats() - plan.winograd_floats;  // its Winograd transform, if used
+  float* U = flipped + (plan.dx_by_convolution ? plan.partial_floats : 0);  // its Winograd transform, if used
+  // The weight gradient by Winograd (where weight_gradient_by_winograd): each lane's V and D, then
+  // the lanes' dU, zeroed here and summed into dW after the tiles.
+  const bool dW_by_winograd = plan.winograd_dw_floats > 0;
+  const i64 dw_work = plan.winograd_dw_floats / plan.lanes - 16 * i64(c.in_channels) * c.out_channels;
+  float* dw_work_of_lanes = U + plan.winograd_floats;                     // [lanes][dw_work]
+  float* dU_of_lanes = dw_work_of_lanes + plan.lanes * dw_work;            // [lanes][16][Cin][Cout]
+  if (dW_by_winograd) mgpu::fill(d, dU_of_lanes, plan.lanes * 16 * i64(c.in_channels) * c.out_channels, 0.0f);
   if (dx && plan.dx_by_convolution) flip_weights(d, W, c, flipped);
   if (dx_by_winograd) winograd_weights(d, flipped, flipped_conv, U);
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
@@ -702,10 +934,15 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
     float* dW_lane = lane == 0 ? dW : partials + (lane - 1) * plan.partial_floats;
     const float* dz_tile = dz + i64(first) * s.Q;  // [Cout][count*Q], a block of dz [Cout][P]
     const int columns = count * s.Q;
-    unfold_tile(d, x, xs, c, first, count, col);  // the forward pass's tile, unfolded again
-    // dW += dz_tile col^T      [Cout x K] = [Cout x columns][columns x K]
-    gemm(d, Transpose::No, Transpose::Yes, c.out_channels, s.K, columns, 1.0f, dz_tile, s.P, col, columns, 1.0f,
-         dW_lane, s.K);
+    if (dW_by_winograd) {
+      winograd_weight_gradient_images(d, x, dz, xs, c, first, count, dw_work_of_lanes + lane * dw_work,
+                                      dU_of_lanes + lane * 16 * i64(c.in_channels) * c.out_channels);
+    } else {
+      unfold_tile(d, x, xs, c, first, count, col);  // the forward pass's tile, unfolded again
+      // dW += dz_tile col^T      [Cout x K] = [Cout x columns][columns x K]
+      gemm(d, Transpose::No, Transpose::Yes, c.out_channels, s.K, columns, 1.0f, dz_tile, s.P, col, columns, 1.0f,
+           dW_lane, s.K);
+    }
     if (!dx) return;
     if (plan.dx_by_convolution) {
       // dx's columns of these images = W flipped, convolved with dz's (same padding: 2p = k - 1)
@@ -728,7 +965,8 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
          columns);
     nn::col2im_images(d, second, xs, c, first, count, dx);
   });
-  for (int lane = 1; lane < plan.lanes; ++lane)
+  if (dW_by_winograd) winograd_weight_gradient_sum(d, dU_of_lanes, plan.lanes, c, dW);
+  for (int lane = 1; lane < plan.lanes && !dW_by_winograd; ++lane)
     mgpu::add_into(d, dW, partials + (lane - 1) * plan.partial_floats, plan.partial_floats);
   // db += dz ones             [Cout x 1] = [Cout x P][P x 1]
   gemm(d, Transpose::No, Transpose::No, c.out_channels, 1, s.P, 1.0f, dz, ones, 1.0f, db);

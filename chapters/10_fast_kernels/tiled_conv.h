@@ -80,11 +80,15 @@ struct TilePlan {
   // Winograd's transform of W (forward) or of W flipped (dx), 16 * Cout * Cin, where either pass
   // multiplies_by_winograd; else 0.
   std::int64_t winograd_floats = 0;
+  // The weight gradient by Winograd (weight_gradient_by_winograd): per lane, its slice's
+  // transforms (16 x T x (Cin + Cout), T the slice's 2x2 tiles rounded up to 16) and its sums dU
+  // (16 x Cin x Cout); else 0.
+  std::int64_t winograd_dw_floats = 0;
   // lanes x (col tile, second tile), then lanes - 1 partials of dW, then W flipped (if used), then
-  // the Winograd transform (if used).
+  // the Winograd transform (if used), then the weight gradient's (if used).
   std::int64_t scratch_floats() const {
     return lanes * (tile_floats + dcol_floats) + (lanes - 1 + (dx_by_convolution ? 1 : 0)) * partial_floats +
-           winograd_floats;
+           winograd_floats + winograd_dw_floats;
   }
 };
 // The plan for input xs on `lanes` lanes: as many images a tile as tile_floats hold, but at
@@ -111,6 +115,10 @@ bool multiplies_in_panels(ImageShape xs, ConvShape c);
 // before PanelConv: a 3x3 convolution with stride 1 and padding 1, at least 16 input channels,
 // in a build for AVX-512 (its gathers and scatters; where it was measured). Never in a cuda build.
 bool multiplies_by_winograd(ImageShape xs, ConvShape c);
+// Whether the cpu build takes such a convolution's weight gradient by Winograd's transforms too
+// (tiled_conv.cu's WinogradWeightProducts: 16 multiply-adds per tile and channel pair where the
+// unfolded GEMM does 36): where multiplies_by_winograd and the output channels are a multiple of 16.
+bool weight_gradient_by_winograd(ImageShape xs, ConvShape c);
 void im2col_shifted_images(const Device& d, const float* x, ImageShape xs, ConvShape c, int first, int count,
                            float* col);
 
