@@ -506,20 +506,41 @@ inline void winograd_inputs(const TileGroup& g, const float* slice, std::int64_t
 }
 
 // The group's 2x2 outputs in one channel, y = Aᵀ m A + bias, from its 16 sums m[ξ] (a vector of
-// tiles each), scattered to zr (the channel's slice of z): (2ty, 2tx) always, the column 2tx + 1
-// and the row 2ty + 1 only where they lie inside the image (odd sides: the last tile's half).
+// tiles each), written to zr (the channel's slice of z): (2ty, 2tx) always, the column 2tx + 1 and
+// the row 2ty + 1 only where they lie inside the image (odd sides: the last tile's half). The four
+// vectors y00, y01, y10, y11 go through load_blocks' transpose backwards (it is its own inverse),
+// which gathers each tile's four values into one 128-bit block, [y00 y01 y10 y11]: two 8-byte
+// stores a tile. (AVX-512's scatters, one per vector, cost a third of this kernel's time.)
 inline void winograd_outputs(const TileGroup& g, const vf m[16], float bias, float* zr, int W) {
   vf Am[2][4];  // Aᵀ m: rows combined
   for (int j = 0; j < 4; ++j) {
     Am[0][j] = m[j] + m[4 + j] + m[8 + j];
     Am[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
   }
-  const __m512i at = _mm512_load_si512(g.out_at);
-  const __mmask16 right = g.live & g.col_in[2], below = g.live & g.row_in[2];  // 2tx + 1 < W, 2ty + 1 < H
-  _mm512_mask_i32scatter_ps(zr, g.live, at, (__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), 4);
-  _mm512_mask_i32scatter_ps(zr + 1, right, at, (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias), 4);
-  _mm512_mask_i32scatter_ps(zr + W, below, at, (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), 4);
-  _mm512_mask_i32scatter_ps(zr + W + 1, right & below, at, (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias), 4);
+  const __m512 y00 = (__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), y01 = (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias);
+  const __m512 y10 = (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), y11 = (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias);
+  const __m512 lo0 = unpack_low(y00, y01), hi0 = unpack_high(y00, y01);
+  const __m512 lo1 = unpack_low(y10, y11), hi1 = unpack_high(y10, y11);
+  alignas(64) float y[kLanes][4];  // y[t]: tile t's [y00 y01 y10 y11], in tile order
+  _mm512_store_ps(y[0], pairs_low(lo0, lo1));
+  _mm512_store_ps(y[4], pairs_high(lo0, lo1));
+  _mm512_store_ps(y[8], pairs_low(hi0, hi1));
+  _mm512_store_ps(y[12], pairs_high(hi0, hi1));
+  for (int t = 0; t < kLanes; ++t) {
+    const int lane = tile_in_lane(t);  // (tile_in_lane is its own inverse)
+    const __mmask16 bit = __mmask16(1u << lane);
+    if (!(g.live & bit)) break;  // the slice's tiles are done
+    float* out = zr + g.out_at[lane];
+    const bool right = g.col_in[2] & bit, below = g.row_in[2] & bit;  // 2tx + 1 < W, 2ty + 1 < H
+    if (right && below) {
+      std::memcpy(out, y[t], 8);
+      std::memcpy(out + W, y[t] + 2, 8);
+      continue;
+    }
+    out[0] = y[t][0];
+    if (right) out[1] = y[t][1];
+    if (below) out[W] = y[t][2];
+  }
 }
 
 // Item: one panel of kPanel tiles (two groups) of a slice's count images, for every output
