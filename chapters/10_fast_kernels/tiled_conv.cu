@@ -12,7 +12,7 @@
 #include "common/parallel.h"    // for_each_lane, for_each_span, for_each_index
 #include "common/vector_ops.h"  // fill, add_into
 #if !MGPU_CUDA && defined(__AVX512F__)
-#include <immintrin.h>  // AVX-512's masked gathers and scatters, for Winograd's tiles
+#include <immintrin.h>  // AVX-512's 128-bit inserts, masks and gathers, for Winograd's tiles
 #endif
 
 namespace fast {
@@ -332,7 +332,7 @@ struct PanelConv {
 // work for 49); and a tile's 4x4 input is not contiguous (consecutive tiles' blocks are 2 floats
 // apart, and the tiles of a panel span rows and images). Each row of a block is four contiguous
 // floats, so the rows are read as 16-byte loads and transposed into vectors of tiles
-// (load_block_rows); the 2x2 outputs are written with AVX-512's masked scatters. AVX-512 only,
+// (load_blocks), and the 2x2 outputs leave through the same transpose backwards. AVX-512 only,
 // and only where the README's measurements found it faster than PanelConv: from 16 input
 // channels up (below, the transforms, which grow with the channels in and out, cost more than
 // the saved multiply-adds). The sums come out in another order and through the transforms'
@@ -365,7 +365,7 @@ struct WinogradWeights {
 // Tiles are taken kLanes at a time, one per lane of a vector, in a transposed order: lane 4r + m
 // holds the group's tile 4m + r. That is the order in which four 16-byte rows of four tiles'
 // blocks come out of the transpose in winograd_inputs; the products do not care, and the masks,
-// the scatters' addresses and the weight gradient's tiles are made in the same order.
+// the outputs' addresses and the weight gradient's tiles are made in the same order.
 inline int tile_in_lane(int lane) { return 4 * (lane % 4) + lane / 4; }
 
 // Where kLanes tiles t0.. of a slice's count images lie (tile t is image t / (Th*Tw), tile row
