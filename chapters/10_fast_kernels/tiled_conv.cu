@@ -427,19 +427,25 @@ inline __m512 blocks_even(__m512 a, __m512 b) {
 inline __m512 blocks_odd(__m512 a, __m512 b) {
   return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
 }
-// r[i][j] becomes r[j][i] for a 16 x 16 block held as 16 vectors (r[i] a row): pairs of rows
-// interleaved, then quadruples, then 128-bit blocks across quadruples; 64 shuffles, no memory.
+// v[i][4L + j] becomes v[j][4L + i]: in each 128-bit block L, the 4 x 4 matrix that the four
+// vectors' blocks make is transposed (12 shuffles). load_blocks turns four tiles' block rows into
+// columns with it, winograd_outputs four outputs into each tile's four, and transpose_16x16
+// starts with it.
+inline void transpose_in_blocks(__m512 v[4]) {
+  const __m512 lo01 = unpack_low(v[0], v[1]), hi01 = unpack_high(v[0], v[1]);
+  const __m512 lo23 = unpack_low(v[2], v[3]), hi23 = unpack_high(v[2], v[3]);
+  v[0] = pairs_low(lo01, lo23);
+  v[1] = pairs_high(lo01, lo23);
+  v[2] = pairs_low(hi01, hi23);
+  v[3] = pairs_high(hi01, hi23);
+}
+// r[i][j] becomes r[j][i] for a 16 x 16 block held as 16 vectors (r[i] a row): each quadruple of
+// rows transposed in its blocks, then 128-bit blocks across quadruples; 64 shuffles, no memory.
 inline void transpose_16x16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int k = 0; k < 16; k += 2) {
-    t[k] = unpack_low(r[k], r[k + 1]);
-    t[k + 1] = unpack_high(r[k], r[k + 1]);
-  }
-  for (int k = 0; k < 16; k += 4) {  // u[k + m], block L: column 4L + m of rows k..k+3
-    u[k + 0] = pairs_low(t[k], t[k + 2]);
-    u[k + 1] = pairs_high(t[k], t[k + 2]);
-    u[k + 2] = pairs_low(t[k + 1], t[k + 3]);
-    u[k + 3] = pairs_high(t[k + 1], t[k + 3]);
+  __m512 u[16];  // u[k + m], block L: column 4L + m of rows k..k+3
+  for (int k = 0; k < 16; k += 4) {
+    for (int m = 0; m < 4; ++m) u[k + m] = r[k + m];
+    transpose_in_blocks(u + k);
   }
   for (int m = 0; m < 4; ++m) {  // column 4L + m = blocks L of u[m], u[4 + m], u[8 + m], u[12 + m]
     const __m512 even01 = blocks_even(u[m], u[4 + m]), odd01 = blocks_odd(u[m], u[4 + m]);
@@ -470,12 +476,8 @@ inline void load_blocks(const TileGroup& g, const float* slice, std::int64_t off
         v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[2]), 2);
         rows[q] = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[3]), 3);
       }
-      const __m512 lo01 = unpack_low(rows[0], rows[1]), hi01 = unpack_high(rows[0], rows[1]);
-      const __m512 lo23 = unpack_low(rows[2], rows[3]), hi23 = unpack_high(rows[2], rows[3]);
-      d[i][0] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[0], pairs_low(lo01, lo23));
-      d[i][1] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[1], pairs_high(lo01, lo23));
-      d[i][2] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[2], pairs_low(hi01, hi23));
-      d[i][3] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[3], pairs_high(hi01, hi23));
+      transpose_in_blocks(rows);  // rows[j]: column j of the four rows, one tile a lane
+      for (int j = 0; j < 4; ++j) d[i][j] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[j], rows[j]);
     }
   } else {
     const __m512i at = _mm512_load_si512(g.block_at);
@@ -517,15 +519,11 @@ inline void winograd_outputs(const TileGroup& g, const vf m[16], float bias, flo
     Am[0][j] = m[j] + m[4 + j] + m[8 + j];
     Am[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
   }
-  const __m512 y00 = (__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), y01 = (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias);
-  const __m512 y10 = (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), y11 = (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias);
-  const __m512 lo0 = unpack_low(y00, y01), hi0 = unpack_high(y00, y01);
-  const __m512 lo1 = unpack_low(y10, y11), hi1 = unpack_high(y10, y11);
+  __m512 out4[4] = {(__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias),
+                    (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias)};
+  transpose_in_blocks(out4);  // out4[q], block r: tile 4q + r's [y00 y01 y10 y11]
   alignas(64) float y[kLanes][4];  // y[t]: tile t's [y00 y01 y10 y11], in tile order
-  _mm512_store_ps(y[0], pairs_low(lo0, lo1));
-  _mm512_store_ps(y[4], pairs_high(lo0, lo1));
-  _mm512_store_ps(y[8], pairs_low(hi0, hi1));
-  _mm512_store_ps(y[12], pairs_high(hi0, hi1));
+  for (int q = 0; q < 4; ++q) _mm512_store_ps(y[4 * q], out4[q]);
   for (int t = 0; t < kLanes; ++t) {
     const int lane = tile_in_lane(t);  // (tile_in_lane is its own inverse)
     const __mmask16 bit = __mmask16(1u << lane);
@@ -934,7 +932,6 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
   const ConvSizes s = sizes_of(xs, c);
   float* partials = scratch.data + plan.lanes * (plan.tile_floats + plan.dcol_floats);  // [lanes - 1][Cout][K]
   float* flipped = partials + (plan.lanes - 1) * plan.partial_floats;  // [Cin][Cout*k*k], if dx_by_convolution
-  mgpu::fill(d, partials, (plan.lanes - 1) * plan.partial_floats, 0.0f);
   const int kk = c.kernel * c.kernel;
   const ImageShape zs = nn::conv_output_shape(xs, c);
   const ConvShape flipped_conv = flipped_of(c);  // dx = W flipped, convolved with dz (where dx_by_convolution)
@@ -946,7 +943,11 @@ void tiled_conv_backward(const Device& d, const TilePlan& plan, const float* dz,
   const i64 dw_work = plan.winograd_dw_floats / plan.lanes - 16 * i64(c.in_channels) * c.out_channels;
   float* dw_work_of_lanes = U + plan.winograd_floats;                     // [lanes][dw_work]
   float* dU_of_lanes = dw_work_of_lanes + plan.lanes * dw_work;            // [lanes][16][Cin][Cout]
-  if (dW_by_winograd) mgpu::fill(d, dU_of_lanes, plan.lanes * 16 * i64(c.in_channels) * c.out_channels, 0.0f);
+  // The lanes' sums start from 0: dU where the weight gradient is by Winograd, else the partials.
+  if (dW_by_winograd)
+    mgpu::fill(d, dU_of_lanes, plan.lanes * 16 * i64(c.in_channels) * c.out_channels, 0.0f);
+  else
+    mgpu::fill(d, partials, (plan.lanes - 1) * plan.partial_floats, 0.0f);
   if (dx && plan.dx_by_convolution) flip_weights(d, W, c, flipped);
   if (dx_by_winograd) winograd_weights(d, flipped, flipped_conv, U);
   for_each_tile(d, plan, xs.batch, [&](int lane, int first, int count) {
