@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/batches.h"
-#include "common/timer.h"
+#include "common/train_loop.h"
 
 namespace lenet {
 
@@ -56,46 +56,38 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
   const mgpu::Device& d = devices[0];
   Trainer t(d, data.train, o.seed, mgpu::largest_batch(o.batch_size, data.train.count));
   const mgpu::DeviceImages test_set(d, data.test);
-  mgpu::ShuffledBatches batches(t.train_set.count, o.batch_size, o.seed);
   mgpu::Buffer<std::int32_t> order(d, t.train_set.count);  // this epoch's permutation, on the device
-  mgpu::SyncTimer timer(devices);
   // The recorded step (--graph on), made after the first step has run the usual way: that one
   // also pays for one-time set-up (cuBLAS's, loading the kernels), which must not be recorded.
   std::unique_ptr<mgpu::CapturedWork> recorded;
   long steps_done = 0, replays = 0;
-  auto run_step = [&](const std::int32_t* batch_order, int n, float lr) {
-    if (!capture_step || n != o.batch_size || lr != o.lr || steps_done == 0) {
-      t.step(batch_order, n, lr);
+
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): this chapter's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& epoch_order) {
+    t.metrics.reset();
+    order.upload(epoch_order);
+  };
+  loop.step = [&](const mgpu::BatchOf& b) {
+    const std::int32_t* batch_order = order.data() + b.first;
+    if (!capture_step || b.size != o.batch_size || b.lr != o.lr || steps_done == 0) {
+      t.step(batch_order, b.size, b.lr);
     } else {
       if (!recorded)
-        recorded = std::make_unique<mgpu::CapturedWork>(d, [&t, n, lr] { t.compute_and_update(n, lr); });
-      gather(d, t.train_set, batch_order, n, t.batch);  // which examples: the one thing that changes
+        recorded = std::make_unique<mgpu::CapturedWork>(d, [&t, n = b.size, lr = b.lr] { t.compute_and_update(n, lr); });
+      gather(d, t.train_set, batch_order, b.size, t.batch);  // which examples: the one thing that changes
       recorded->replay();
       ++replays;
     }
     ++steps_done;
   };
-
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    t.metrics.reset();
-    timer.start();
-    batches.start_epoch(epoch);
-    order.upload(batches.order());
-    for (int b = 0; b < batches.count(); ++b) {
-      run_step(order.data() + std::int64_t(b) * o.batch_size, batches.size(b),
-               mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      log.progress(epoch + 1, b, batches.count());
-    }
-    const double seconds = timer.stop_seconds();
+  loop.synchronize = [&] { devices.synchronize(); };
+  loop.train_metrics = [&] {
     const auto [loss_sum, hits] = t.metrics.read();
-    mgpu::EpochRecord r;
-    r.epoch = epoch + 1;
-    r.train_loss = loss_sum / t.train_set.count;
-    r.train_acc = hits / t.train_set.count;
-    r.test_acc = evaluate_accuracy(d, t.params, t.lanes, test_set);
-    r.seconds = seconds;
-    log.end_epoch(r);
-  }
+    return mgpu::LossAndHits{loss_sum, hits};
+  };
+  loop.test_accuracy = [&] { return evaluate_accuracy(d, t.params, t.lanes, test_set); };
+  mgpu::train_epochs(o, t.train_set.count, o.batch_size, loop, &log);
+
   if (replayed_steps) *replayed_steps = replays;
   return t.params.download();
 }

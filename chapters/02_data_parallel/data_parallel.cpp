@@ -146,14 +146,22 @@ void sgd_step(std::vector<Replica>& replicas, float lr, int n, const mgpu::Colle
 }
 
 void train_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
-                 mgpu::Collective& allreduce, float lr) {
+                 mgpu::Collective& allreduce, float lr, mgpu::StepProbe& probe) {
   // BEGIN EXERCISE ex02.train_batch
   const std::vector<int> sizes = split_batch(data, first, n, replicas);
+  probe.phase_done("split");
   // Each call only queues work on its device's stream and returns, so the devices compute at
   // the same time.
-  for (std::size_t i = 0; i < replicas.size(); ++i) compute_gradients(replicas[i], sizes[i]);
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    probe.device_began(static_cast<int>(i));
+    compute_gradients(replicas[i], sizes[i]);
+    probe.device_ended(static_cast<int>(i));
+  }
+  probe.phase_done("compute");
   allreduce_gradients(replicas, allreduce);
+  probe.phase_done("allreduce");
   sgd_step(replicas, lr, n, allreduce);
+  probe.phase_done("update");
   // END EXERCISE ex02.train_batch
 }
 

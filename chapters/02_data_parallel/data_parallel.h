@@ -18,6 +18,7 @@
 #include "common/collective.h"
 #include "common/device.h"
 #include "common/fashion_mnist.h"
+#include "common/probe.h"        // StepProbe: what a timed step is told
 #include "common/report.h"
 
 namespace dp {
@@ -95,8 +96,11 @@ void compute_gradients(Replica& r, int n);
 // streams with cores of their own), allreduce the gradients, and let every device take the
 // same SGD step, dividing by the full batch size n.
 // The batch is order[first .. first + n) of every device's data (see split_batch).
+// `probe` (common/probe.h) is told where each phase ends ("split", "compute", "allreduce",
+// "update") and when each device's compute is queued: training passes none, profile_steps a
+// timer, so the step that is timed is this one.
 void train_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vector<Replica>& replicas,
-                 mgpu::Collective& allreduce, float lr);
+                 mgpu::Collective& allreduce, float lr, mgpu::StepProbe& probe = mgpu::no_probe());
 
 // The SGD step every device takes after the allreduce: p -= lr * g / n on each replica, with
 // the collective's result_scale() divided out (an allreduce that averages left sum / k).

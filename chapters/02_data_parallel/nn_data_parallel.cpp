@@ -6,7 +6,7 @@
 #include "common/batches.h"
 #include "common/gemm.h"
 #include "common/parallel.h"  // mgpu::for_each_lane: this file is built as device code (CMakeLists.txt)
-#include "common/timer.h"
+#include "common/train_loop.h"
 #include "common/vector_ops.h"
 
 namespace dp {
@@ -172,35 +172,28 @@ DataParallelRun train_dataparallel(const DeviceSet& devices, const mgpu::Fashion
   mgpu::DeviceData train(devices[0], data.train);  // device 0 only: the batch is gathered there
   const mgpu::DeviceImages test(devices[0], data.test);
   lenet::Lanes eval_lanes = lenet::make_lanes(devices[0], largest);
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  mgpu::SyncTimer timer(devices);
   DataParallelRun run;
   double moved = 0;
   int steps = 0;
 
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): this trainer's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
     trainer.reset_metrics();
-    timer.start();
-    batches.start_epoch(epoch);
-    train.order.upload(batches.order());
-    for (int b = 0; b < batches.count(); ++b) {
-      const int n = batches.size(b);
-      trainer.step(train, b * o.batch_size, n, mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      if (n == o.batch_size) run.bytes_per_full_step = trainer.step_bytes();
-      moved += trainer.step_bytes();
-      ++steps;
-      log.progress(epoch + 1, b, batches.count());
-    }
-    const double seconds = timer.stop_seconds();
+    train.order.upload(order);
+  };
+  loop.step = [&](const mgpu::BatchOf& b) {
+    trainer.step(train, b.first, b.size, b.lr);
+    if (b.size == o.batch_size) run.bytes_per_full_step = trainer.step_bytes();
+    moved += trainer.step_bytes();
+    ++steps;
+  };
+  loop.synchronize = [&] { devices.synchronize(); };
+  loop.train_metrics = [&] {
     const auto [loss_sum, hits] = trainer.read_metrics();
-    mgpu::EpochRecord r;
-    r.epoch = epoch + 1;
-    r.train_loss = loss_sum / data.train.count;
-    r.train_acc = hits / data.train.count;
-    r.test_acc = lenet::evaluate_accuracy(devices[0], trainer.master(), eval_lanes, test);
-    r.seconds = seconds;
-    log.end_epoch(r);
-  }
+    return mgpu::LossAndHits{loss_sum, hits};
+  };
+  loop.test_accuracy = [&] { return lenet::evaluate_accuracy(devices[0], trainer.master(), eval_lanes, test); };
+  mgpu::train_epochs(o, data.train.count, o.batch_size, loop, &log);
   run.params = trainer.master().download();
   run.mean_bytes_per_step = steps ? moved / steps : 0;
   run.device0_extra_bytes = trainer.device0_extra_bytes();

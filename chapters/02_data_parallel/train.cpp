@@ -1,7 +1,8 @@
 #include "train.h"
 
 #include "common/batches.h"
-#include "common/timer.h"
+#include "common/probe.h"
+#include "common/train_loop.h"
 
 namespace dp {
 
@@ -38,92 +39,33 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
     test_sets.emplace_back(devices[i], slice(data.test, static_cast<int>(start), test_sizes[i]));
 
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // once per run
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  mgpu::SyncTimer timer(devices);
 
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): this chapter's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
     for (Replica& r : replicas) r.metrics.reset();
-    timer.start();
-    batches.start_epoch(epoch);
-    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());  // once per epoch
-    for (int b = 0; b < batches.count(); ++b) {
-      const int n = batches.size(b);
-      train_batch(train_data, b * o.batch_size, n, replicas, allreduce,
-                  mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      log.progress(epoch + 1, b, batches.count());
-    }
-    const double seconds = timer.stop_seconds();
-
-    double loss_sum = 0, hits = 0, test_hits = 0;
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(order);  // once per epoch
+  };
+  loop.step = [&](const mgpu::BatchOf& b) { train_batch(train_data, b.first, b.size, replicas, allreduce, b.lr); };
+  loop.synchronize = [&] { devices.synchronize(); };
+  loop.train_metrics = [&] {
+    mgpu::LossAndHits sum;
     for (const Replica& r : replicas) {
       const auto [l, h] = r.metrics.read();
-      loss_sum += l;
-      hits += h;
+      sum.loss_sum += l;
+      sum.hits += h;
     }
+    return sum;
+  };
+  loop.test_accuracy = [&] {
+    double test_hits = 0;
     for (std::size_t i = 0; i < test_sets.size(); ++i)
       test_hits += lenet::evaluate_accuracy(devices[i], replicas[i].params, replicas[i].lanes, test_sets[i]) *
                    test_sets[i].count;
-    mgpu::EpochRecord r;
-    r.epoch = epoch + 1;
-    r.train_loss = loss_sum / data.train.count;
-    r.train_acc = hits / data.train.count;
-    r.test_acc = test_hits / data.test.count;
-    r.seconds = seconds;
-    log.end_epoch(r);
-  }
+    return test_hits / data.test.count;
+  };
+  mgpu::train_epochs(o, data.train.count, o.batch_size, loop, &log);
   return replicas[0].params.download();
 }
-
-namespace {
-
-// train_batch's phases (data_parallel.cpp), with every device synchronized and the clock read
-// after each, and each device's compute span stamped on its stream. Only for measuring: the
-// waits stop the phases from overlapping, as they do in training.
-class TimedStep {
- public:
-  explicit TimedStep(std::vector<Replica>& replicas) : replicas_(replicas), t_(synchronized_now()) {}
-
-  void run(std::vector<mgpu::DeviceData>& data, int first, int n, mgpu::Collective& allreduce, float lr,
-           StepTimes& times) {
-    const std::vector<int> sizes = split_batch(data, first, n, replicas_);
-    lap(times.split);
-    const std::size_t k = replicas_.size();
-    std::vector<mgpu::Timestamp> began(k), ended(k);
-    for (std::size_t i = 0; i < k; ++i) {
-      began[i].record(*replicas_[i].device);
-      compute_gradients(replicas_[i], sizes[i]);
-      ended[i].record(*replicas_[i].device);
-    }
-    const double compute_start = t_;
-    lap(times.compute);
-    times.compute_began.resize(k, 0.0);
-    times.compute_ended.resize(k, 0.0);
-    for (std::size_t i = 0; i < k; ++i) {
-      times.compute_began[i] += began[i].seconds() - compute_start;
-      times.compute_ended[i] += ended[i].seconds() - compute_start;
-    }
-    allreduce_gradients(replicas_, allreduce);
-    lap(times.allreduce);
-    sgd_step(replicas_, lr, n, allreduce);
-    lap(times.update);
-    ++times.steps;
-  }
-
- private:
-  double synchronized_now() const {
-    for (const Replica& r : replicas_) mgpu::synchronize(*r.device);
-    return mgpu::steady_seconds();
-  }
-  void lap(double& phase) {
-    const double now = synchronized_now();
-    phase += now - t_;
-    t_ = now;
-  }
-  std::vector<Replica>& replicas_;
-  double t_;  // when the phase being timed began
-};
-
-}  // namespace
 
 StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                         mgpu::Collective& allreduce, int steps, lenet::Layout layout) {
@@ -135,12 +77,22 @@ StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data
   for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
   // Step 0 warms up (first-touch of memory, library setup), untimed.
   train_batch(train_data, 0, batches.size(0), replicas, allreduce, o.lr);
-  StepTimes times;
-  TimedStep step(replicas);
+  std::vector<const Device*> stamped;  // the devices whose compute spans the timer stamps
+  for (const Replica& r : replicas) stamped.push_back(r.device);
+  mgpu::PhaseTimer timer([&] { devices.synchronize(); }, stamped);
   for (int s = 1; s <= steps; ++s) {
     const int b = s % batches.count(), n = batches.size(b);
-    step.run(train_data, b * o.batch_size, n, allreduce, o.lr, times);
+    timer.start_step();
+    train_batch(train_data, b * o.batch_size, n, replicas, allreduce, o.lr, timer);
   }
+  StepTimes times;
+  times.steps = steps;
+  times.split = timer.seconds("split");
+  times.compute = timer.seconds("compute");
+  times.allreduce = timer.seconds("allreduce");
+  times.update = timer.seconds("update");
+  for (const mgpu::PhaseTimer::Phase& p : timer.phases())
+    if (p.name == "compute") times.compute_began = p.device_began, times.compute_ended = p.device_ended;
   return times;
 }
 

@@ -1,8 +1,8 @@
 // Chapter 02's training loop, and where a step's time goes.
 //
-//   train          d2l's train(num_gpus, batch_size, lr): epochs of train_batch, then the test set
-//   profile_steps  the same steps, timed phase by phase: a wrapper around train_batch's phases,
-//                  so that data_parallel.cpp reads like the algorithm it teaches
+//   train          d2l's train(num_gpus, batch_size, lr): train_batch as the step of the epoch loop
+//                  every chapter shares (common/train_loop.h), then the test set
+//   profile_steps  the same train_batch, timed phase by phase by a probe (common/probe.h)
 #pragma once
 #include <vector>
 
@@ -31,7 +31,7 @@ struct StepTimes {
 };
 
 // Times `steps` training steps phase by phase (from init_params(o.seed), on fresh replicas):
-// train_batch's phases, with the devices synchronized after each.
+// train_batch with a mgpu::PhaseTimer, which synchronizes the devices after each phase.
 StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                         mgpu::Collective& allreduce, int steps, lenet::Layout layout = lenet::Layout::PerTensor);
 

@@ -10,8 +10,10 @@
 
 #include "checkpoint.h"
 #include "common/batches.h"  // largest_batch
+#include "common/probe.h"
 #include "common/timer.h"
 #include "common/trace.h"
+#include "common/train_loop.h"
 #include "sampler.h"
 
 namespace mp {
@@ -85,6 +87,9 @@ struct RankState {
 
 double now_seconds() { return mgpu::steady_seconds(); }
 
+// A step's three phases, as its probe hears of them and the overlap timeline names them.
+const std::string kCompute = "forward and backward", kWait = "waiting for the sum", kUpdate = "sgd";
+
 // A step's first phase: this rank's block of global batch `step` gathered, forward and backward
 // on it, its gradients in s.grads (zeroed first). `ready`, when given, is called as backward
 // completes each layer's gradients (3, then 2, 1, 0).
@@ -98,9 +103,14 @@ void compute_gradients(RankState& s, const DistributedSampler& sampler, int step
 
 // With overlap: the hook that starts summing each layer as soon as backward has completed it.
 // Without: none (backward tells nobody, and finish() sums the whole bucket at once).
-lenet::GradientReady start_each_layer(BucketAllreduce& allreduce, lenet::Params& g, bool overlap) {
+// A probe (common/probe.h) sees each layer's completion as a moment of the step.
+lenet::GradientReady start_each_layer(BucketAllreduce& allreduce, lenet::Params& g, bool overlap,
+                                      mgpu::StepProbe& probe) {
   if (!overlap) return {};
-  return [&allreduce, &g](int layer) { allreduce.start_layer(g, layer); };
+  return [&allreduce, &g, &probe](int layer) {
+    probe.moment("layer " + std::to_string(layer) + " complete");
+    allreduce.start_layer(g, layer);
+  };
 }
 
 // The SGD step, dividing by the global batch's size: every rank takes the step one process would take.
@@ -110,11 +120,16 @@ void sgd_step(RankState& s, const DistributedSampler& sampler, int step, float l
 
 // One step, as this rank sees it: its block of global batch `step`, forward and backward on
 // it, the gradients summed over all ranks, and the SGD step of the whole global batch.
+// `probe` is told where each phase ends: training passes none; profile_steps a timer, then a
+// tracer, so that the step it measures is this one.
 void train_step(RankState& s, const DistributedSampler& sampler, int step, BucketAllreduce& allreduce, float lr,
-                bool overlap) {
-  compute_gradients(s, sampler, step, start_each_layer(allreduce, s.grads, overlap));
+                bool overlap, mgpu::StepProbe& probe = mgpu::no_probe()) {
+  compute_gradients(s, sampler, step, start_each_layer(allreduce, s.grads, overlap, probe));
+  probe.phase_done(kCompute);
   allreduce.finish(s.grads);
+  probe.phase_done(kWait);
   sgd_step(s, sampler, step, lr);
+  probe.phase_done(kUpdate);
 }
 
 // This rank fails now, as --fail-how says: `where` is "at step 12" or "at the end of the run".
@@ -254,39 +269,41 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
 
   // Rank 0 alone draws the live progress line, and (--progress auto) never under mpirun or srun:
   // they give every rank a pseudo-terminal even when the run's output goes to a file.
-  for (int epoch = start.epochs_done; epoch < o.epochs; ++epoch) {
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): one rank's parts of it
+  // The loop draws each epoch's order as the sampler would (the same ShuffledBatches, the same
+  // seed: the same order on every rank); the sampler cuts this rank's block out of each batch.
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
     s.metrics.reset();
-    collective.synchronize(d);
-    const double t0 = now_seconds();
-    sampler.start_epoch(epoch);
-    s.order.upload(sampler.order());
-    for (int step = 0; step < sampler.steps(); ++step) {
-      inject_fault_if_due(c.fault, w, long(epoch) * sampler.steps() + step);
-      train_step(s, sampler, step, allreduce, mgpu::learning_rate_at(o, epoch, step, sampler.steps()), c.overlap);
-      if (log) log->progress(epoch + 1, step, sampler.steps());
-    }
-    collective.synchronize(d);
-    // The slowest rank's time: the others waited for it in every allreduce.
-    const double seconds = max_over_ranks(w, now_seconds() - t0);
-
+    s.order.upload(order);
+  };
+  loop.step = [&](const mgpu::BatchOf& b) {
+    inject_fault_if_due(c.fault, w, long(b.epoch) * sampler.steps() + b.index);
+    train_step(s, sampler, b.index, allreduce, b.lr, c.overlap);
+  };
+  loop.synchronize = [&] { collective.synchronize(d); };
+  // The slowest rank's time: the others waited for it in every allreduce.
+  loop.epoch_seconds = [&](double seconds) { return max_over_ranks(w, seconds); };
+  loop.train_metrics = [&] {
     const auto [loss_sum, hits] = s.metrics.read();
-    double sums[3] = {loss_sum, hits, test_hits(s)};
-    sum_over_ranks(w, sums, 3);
-    mgpu::EpochRecord r;
-    r.epoch = epoch + 1;
-    r.train_loss = sums[0] / data.train.count;
-    r.train_acc = sums[1] / data.train.count;
-    r.test_acc = sums[2] / data.test.count;
-    r.seconds = seconds;
+    double sums[2] = {loss_sum, hits};
+    sum_over_ranks(w, sums, 2);
+    return mgpu::LossAndHits{sums[0], sums[1]};
+  };
+  loop.test_accuracy = [&] {
+    double hits = test_hits(s);
+    sum_over_ranks(w, &hits, 1);
+    return hits / data.test.count;
+  };
+  // Every rank waits for rank 0's checkpoint and learns whether it was written: after the last
+  // epoch the others would otherwise be gone while rank 0 still fails.
+  loop.epoch_ended = [&](const mgpu::EpochRecord& r) {
     result.history.push_back(r);
-    if (log) log->end_epoch(r);
-    // Every rank waits for rank 0's checkpoint and learns whether it was written: after the last
-    // epoch the others would otherwise be gone while rank 0 still fails.
     if (!c.checkpoint.empty())
       together(w, [&] {
-        if (w.rank == 0) save_checkpoint(c, epoch + 1, data.train.count, s, result.history);
+        if (w.rank == 0) save_checkpoint(c, r.epoch, data.train.count, s, result.history);
       });
-  }
+  };
+  mgpu::train_epochs(o, data.train.count, o.batch_size, loop, log, start.epochs_done);
   result.params = s.params.download();
   return result;
 }
@@ -297,82 +314,6 @@ void finish_together(const World& w, const Config& c, const mgpu::TrainingLog* l
     if (log) log->finish();
   });
 }
-
-namespace {
-
-// Milliseconds spent in each phase of the steps measured (only when profiling).
-struct PhaseTimes {
-  double compute = 0, wait = 0, update = 0;
-  int steps = 0;
-};
-
-// What a traced step records (profile_steps): device timestamps and host spans, all on the
-// host's steady clock. The device's marks are read after the step (Timestamp::seconds waits).
-struct StepRecorder {
-  double start = 0;                            // the step's start (host clock, device idle)
-  std::vector<std::pair<int, mgpu::Timestamp>> layer_done;  // (layer, when the device finished it)
-  mgpu::Timestamp backward_done, summed, updated;
-  StepTrace host;                              // the collective's calls, in ms from start
-  double ms(double seconds) const { return 1e3 * (seconds - start); }
-  StepTrace spans() const {
-    StepTrace t{{"device", "forward and backward", 0, ms(backward_done.seconds())},
-                {"device", "waiting for the sum", ms(backward_done.seconds()), ms(summed.seconds())},
-                {"device", "sgd", ms(summed.seconds()), ms(updated.seconds())}};
-    for (const auto& [layer, when] : layer_done)
-      t.push_back({"device", "layer " + std::to_string(layer) + " complete", ms(when.seconds()), ms(when.seconds())});
-    t.insert(t.end(), host.begin(), host.end());
-    return t;
-  }
-};
-
-// train_step's phases with the device synchronized and the clock read after each: for measuring
-// only (the waits keep the phases from overlapping).
-void timed_step(RankState& s, const DistributedSampler& sampler, int step, BucketAllreduce& allreduce, float lr,
-                bool overlap, PhaseTimes& times) {
-  auto synchronized_now = [&] {
-    allreduce.collective().synchronize(s.d);
-    return now_seconds();
-  };
-  double t = synchronized_now();
-  auto lap = [&](double& phase) {
-    const double now = synchronized_now();
-    phase += 1e3 * (now - t);
-    t = now;
-  };
-  compute_gradients(s, sampler, step, start_each_layer(allreduce, s.grads, overlap));
-  lap(times.compute);
-  allreduce.finish(s.grads);
-  lap(times.wait);
-  sgd_step(s, sampler, step, lr);
-  lap(times.update);
-  ++times.steps;
-}
-
-// train_step's phases, not synchronized (so that the sums can overlap), with the device's
-// stream stamping each phase's end and each layer's completion, and the host's calls into the
-// collective timed.
-void traced_step(RankState& s, const DistributedSampler& sampler, int step, BucketAllreduce& allreduce, float lr,
-                 bool overlap, StepRecorder& r) {
-  auto host_span = [&](const std::string& what, const std::function<void()>& call) {
-    const double begin = now_seconds();
-    call();
-    r.host.push_back({"host", what, r.ms(begin), r.ms(now_seconds())});
-  };
-  lenet::GradientReady ready;
-  if (overlap)
-    ready = [&](int layer) {
-      r.layer_done.emplace_back(layer, mgpu::Timestamp{}).second.record(s.d);
-      host_span("start_layer(" + std::to_string(layer) + ")", [&] { allreduce.start_layer(s.grads, layer); });
-    };
-  compute_gradients(s, sampler, step, ready);
-  r.backward_done.record(s.d);
-  host_span("finish", [&] { allreduce.finish(s.grads); });
-  r.summed.record(s.d);
-  sgd_step(s, sampler, step, lr);
-  r.updated.record(s.d);
-}
-
-}  // namespace
 
 Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::FashionMnist& data, const Config& c,
                       mgpu::Collective& collective, int steps) {
@@ -385,21 +326,27 @@ Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::Fashion
   DistributedSampler sampler(data.train.count, c.o.batch_size, w.size, w.rank, c.o.seed);
   sampler.start_epoch(0);
   s.order.upload(sampler.order());
-  std::array<PhaseTimes, 2> times;
+  // Two timers, overlap off and on: each waits for the device (through the collective, which
+  // watches for a failed peer meanwhile) and reads the clock where train_step's phases end.
+  const auto synchronize = [&] { collective.synchronize(d); };
+  std::array<mgpu::PhaseTimer, 2> timers{mgpu::PhaseTimer(synchronize), mgpu::PhaseTimer(synchronize)};
   // Two warm-up steps (memory touched for the first time, MPI's and NCCL's first-call set-up),
   // then off and on alternate, so that whatever else the machine does hits both alike.
   for (int i = 0; i < 2 + 2 * steps; ++i) {
     const bool overlap = i % 2 == 1;
-    if (i < 2)
+    if (i < 2) {
       train_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap);
-    else
-      timed_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap, times[overlap]);
+    } else {
+      timers[overlap].start_step();
+      train_step(s, sampler, i % sampler.steps(), allreduce, c.o.lr, overlap, timers[overlap]);
+    }
   }
   Profile out;
   for (int m = 0; m < 2; ++m) {
-    const PhaseTimes& t = times[m];
-    const double n = std::max(1, t.steps);
-    double ms[3] = {t.compute / n, t.wait / n, t.update / n};
+    const mgpu::PhaseTimer& t = timers[m];
+    const double n = std::max(1, steps);
+    double ms[3] = {1e3 * t.seconds(kCompute) / n, 1e3 * t.seconds(kWait) / n,
+                    1e3 * t.seconds(kUpdate) / n};
     sum_over_ranks(w, ms, 3);
     StepProfile& p = out.phases[m];
     p.compute = ms[0] / w.size;
@@ -408,19 +355,24 @@ Profile profile_steps(const World& w, const mgpu::Device& d, const mgpu::Fashion
     p.step = p.compute + p.wait + p.update;
   }
   // The traced steps: every rank starts from an idle device at the same moment (a barrier), so
-  // the ranks' timelines line up as well as their clocks do (one machine: exactly).
+  // the ranks' timelines line up as well as their clocks do (one machine: exactly). The device's
+  // lane comes from its stream's stamps (the probe); the host's, from what the collective and
+  // BucketAllreduce trace of their own calls (mgpu::trace).
   for (int m = 0; m < 2; ++m) {
-    StepRecorder r;
-    // What the collective traces of its own calls (mgpu::trace) joins the step's host spans.
-    const mgpu::TraceRecording recording([&r](const std::string& what, double begin, double end) {
-      r.host.push_back({"host", what, r.ms(begin), r.ms(end)});
-    });
+    StepTrace& trace = out.traces[m];
     collective.synchronize(d);
     MGPU_CHECK_MPI(MPI_Barrier(w.comm));
-    r.start = now_seconds();
-    traced_step(s, sampler, m % sampler.steps(), allreduce, c.o.lr, /*overlap=*/m == 1, r);
+    const double start_s = now_seconds();
+    const auto ms = [start_s](double seconds) { return 1e3 * (seconds - start_s); };
+    StepTrace host;
+    const mgpu::TraceRecording recording(
+        [&](const std::string& what, double begin, double end) { host.push_back({"host", what, ms(begin), ms(end)}); });
+    mgpu::StreamStamps stamps(d, start_s);
+    train_step(s, sampler, m % sampler.steps(), allreduce, c.o.lr, /*overlap=*/m == 1, stamps);
     collective.synchronize(d);
-    out.traces[m] = r.spans();
+    for (const mgpu::StreamStamps::Span& span : stamps.spans())
+      trace.push_back({"device", span.what, ms(span.begin_s), ms(span.end_s)});
+    trace.insert(trace.end(), host.begin(), host.end());
   }
   return out;
 }

@@ -12,7 +12,7 @@
 #include "common/exercise.h"  // the student copy's holes call mgpu::exercise_not_done
 #include "common/gemm.h"  // set_gemm_precision
 #include "common/report.h"  // write_whole_file
-#include "common/timer.h"
+#include "common/train_loop.h"
 #include "mixed.h"
 #include "ring16.h"
 #if defined(MGPU_HAVE_NCCL) && MGPU_HAVE_NCCL
@@ -242,29 +242,29 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
   round_in_place(devices[0], mo.precision, test.pixels.data(), static_cast<std::int64_t>(test.pixels.size()));
 
   const int step_examples = o.batch_size * mo.accumulate;  // one optimizer step
-  mgpu::ShuffledBatches batches(data.train.count, step_examples, o.seed);
-  mgpu::SyncTimer timer(devices);
   std::vector<ScalerEpoch> record;
   long skipped_before = 0, steps_before = 0;
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  int steps_per_epoch = 0;
+
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): this chapter's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
     trainer.reset_metrics();
-    timer.start();
-    batches.start_epoch(epoch);
-    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
-    for (int b = 0; b < batches.count(); ++b) {
-      const float lr = mgpu::learning_rate_at(o, epoch, b, batches.count());
-      trainer.step(train_data, b * step_examples, batches.size(b), lr);
-      log.progress(epoch + 1, b, batches.count());
-    }
-    const double seconds = timer.stop_seconds();
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(order);
+    steps_per_epoch = 0;
+  };
+  loop.step = [&](const mgpu::BatchOf& b) {
+    trainer.step(train_data, b.first, b.size, b.lr);
+    ++steps_per_epoch;
+  };
+  loop.synchronize = [&] { devices.synchronize(); };
+  loop.train_metrics = [&] {
     const auto [loss_sum, hits] = trainer.read_metrics();
-    mgpu::EpochRecord r;
-    r.epoch = epoch + 1;
-    r.train_loss = loss_sum / data.train.count;
-    r.train_acc = hits / data.train.count;
-    r.test_acc = trainer.evaluate(test);
-    r.seconds = seconds;
-    ScalerEpoch s{epoch + 1, 1.0, 0, batches.count()};
+    return mgpu::LossAndHits{loss_sum, hits};
+  };
+  loop.test_accuracy = [&] { return trainer.evaluate(test); };
+  // After the epoch's line: the loss scaler's epoch, and how many gradients 16 bits lost.
+  loop.epoch_ended = [&](const mgpu::EpochRecord& r) {
+    ScalerEpoch s{r.epoch, 1.0, 0, steps_per_epoch};
     if (const LossScaler* scaler = trainer.scaler()) {
       s.scale = scaler->scale();
       s.skipped = scaler->skipped() - skipped_before;
@@ -274,7 +274,6 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
     const bool sixteen = mo.precision == Precision::BF16 || mo.precision == Precision::FP16;
     if (sixteen) s.flushed = trainer.flushed_to_zero(test, step_examples);
     record.push_back(s);
-    log.end_epoch(r);
     if (trainer.scaler())
       std::printf("  loss scale %g at the end of epoch %d; %ld of its %ld steps skipped (overflow)\n", s.scale,
                   s.epoch, s.skipped, s.steps);
@@ -283,7 +282,8 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
                   "dz1 %.2f%%\n",
                   name_of(mo.precision).c_str(), 100 * s.flushed[0], 100 * s.flushed[1], 100 * s.flushed[2],
                   100 * s.flushed[3]);
-  }
+  };
+  mgpu::train_epochs(o, data.train.count, step_examples, loop, &log);
   return record;
 }
 

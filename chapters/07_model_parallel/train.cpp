@@ -1,32 +1,23 @@
 #include "train.h"
 
-#include "common/batches.h"
-#include "common/timer.h"
+#include "common/train_loop.h"
 
 namespace pp {
 
 void train(Pipeline& pipeline, const mgpu::FashionMnist& data, const mgpu::Options& o, mgpu::TrainingLog& log) {
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): the pipeline's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
     pipeline.reset_metrics();
-    pipeline.synchronize();
-    const double start = mgpu::steady_seconds();
-    batches.start_epoch(epoch);
-    pipeline.set_order(batches.order());
-    for (int b = 0; b < batches.count(); ++b) {
-      pipeline.step(b * o.batch_size, batches.size(b), mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      log.progress(epoch + 1, b, batches.count());
-    }
-    pipeline.synchronize();
-    mgpu::EpochRecord r;
-    r.seconds = mgpu::steady_seconds() - start;
+    pipeline.set_order(order);
+  };
+  loop.step = [&](const mgpu::BatchOf& b) { pipeline.step(b.first, b.size, b.lr); };
+  loop.synchronize = [&] { pipeline.synchronize(); };
+  loop.train_metrics = [&] {
     const auto [loss, hits] = pipeline.read_metrics();
-    r.epoch = epoch + 1;
-    r.train_loss = loss / data.train.count;
-    r.train_acc = hits / data.train.count;
-    r.test_acc = pipeline.evaluate(data.test, o.batch_size);
-    log.end_epoch(r);
-  }
+    return mgpu::LossAndHits{loss, hits};
+  };
+  loop.test_accuracy = [&] { return pipeline.evaluate(data.test, o.batch_size); };
+  mgpu::train_epochs(o, data.train.count, o.batch_size, loop, &log);
 }
 
 }  // namespace pp

@@ -1,5 +1,5 @@
-// Chapter 07's training loop: d2l's train() over a pipeline (pipeline.h). The same loop as
-// chapter 02's; what is new is inside Pipeline::step.
+// Chapter 07's training: d2l's train() over a pipeline (pipeline.h), in the epoch loop every
+// chapter shares (common/train_loop.h); what is new is inside Pipeline::step.
 #pragma once
 #include "common/cli.h"
 #include "common/fashion_mnist.h"

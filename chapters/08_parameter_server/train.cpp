@@ -4,7 +4,7 @@
 
 #include "common/batches.h"
 #include "common/exercise.h"  // the student copy's hole calls mgpu::exercise_not_done
-#include "common/timer.h"
+#include "common/train_loop.h"
 
 namespace ps {
 
@@ -44,42 +44,41 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
   // Made after the replicas, so destroyed before them: its threads and queued copies use them.
   ParameterServer server(devices, placement.server_devices(), placement.worker_devices(), init, settings.mode);
 
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  mgpu::SyncTimer timer(devices);
   RunResult result;
-  result.steps_per_epoch = batches.count();
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    batches.start_epoch(epoch);
-    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): the server's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(order);
     for (dp::Replica& r : replicas) r.metrics.reset();
+  };
+  // The workers walk the epoch's batches themselves, each at its own pace (run_epoch).
+  loop.run_epoch = [&](int epoch, const mgpu::ShuffledBatches& batches, const std::function<void(int)>& progress) {
+    result.steps_per_epoch = batches.count();
     const auto lr_of = [&](int batch) { return mgpu::learning_rate_at(o, epoch, batch, batches.count()); };
-    timer.start();
     // The log's progress counts batches: every batch is k items, one per worker.
     int batches_shown = 0;
     const auto show_progress = [&](std::size_t done, std::size_t) {
       const int batches_done = static_cast<int>(done / k);
-      if (batches_done > batches_shown) log.progress(epoch + 1, batches_done - 1, batches.count());
+      if (batches_done > batches_shown) progress(batches_done);
       batches_shown = std::max(batches_shown, batches_done);
     };
     result.workers.push_back(run_epoch(server, train_data, replicas, items, settings, epoch + 1, lr_of, show_progress));
-    const double seconds = timer.stop_seconds();
-
-    double loss_sum = 0, hits = 0;
+  };
+  loop.synchronize = [&] { devices.synchronize(); };
+  loop.train_metrics = [&] {
+    mgpu::LossAndHits sum;
     for (const dp::Replica& r : replicas) {
       const auto [l, h] = r.metrics.read();
-      loss_sum += l;
-      hits += h;
+      sum.loss_sum += l;
+      sum.hits += h;
     }
+    return sum;
+  };
+  loop.test_accuracy = [&] {
     dp::Replica& r0 = replicas[0];
     server.pull(0, r0.params, /*count_bytes=*/false);  // the master parameters, to evaluate
-    mgpu::EpochRecord rec;
-    rec.epoch = epoch + 1;
-    rec.train_loss = loss_sum / data.train.count;
-    rec.train_acc = hits / data.train.count;
-    rec.test_acc = lenet::evaluate_accuracy(*r0.device, r0.params, r0.lanes, test_set);
-    rec.seconds = seconds;
-    log.end_epoch(rec);
-  }
+    return lenet::evaluate_accuracy(*r0.device, r0.params, r0.lanes, test_set);
+  };
+  mgpu::train_epochs(o, data.train.count, o.batch_size, loop, &log);
   result.params = server.download();
   result.records = server.records();
   result.traffic = server.traffic();

@@ -13,7 +13,8 @@
 #include "common/batches.h"
 #include "common/memory.h"  // memory_refusal
 #include "common/report.h"  // write_whole_file
-#include "common/timer.h"
+#include "common/timer.h"  // steady_seconds: profile_step
+#include "common/train_loop.h"
 #include "common/vector_ops.h"
 #if MGPU_HAVE_NCCL
 #include "../04_nccl/nccl_allreduce.h"  // nccl::NcclAllreduce: --allreduce nccl
@@ -256,33 +257,27 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // once per run
   std::vector<mgpu::DeviceImages> test_data;
   for (int i = 0; i < k; ++i) test_data.emplace_back(devices[i], data.test);
-  mgpu::ShuffledBatches batches(data.train.count, o.batch_size, o.seed);
-  mgpu::SyncTimer timer(devices);
-  double best_test_acc = 0;
-  bool swing_explained = false;
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+
+  mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): this chapter's parts of it
+  loop.start_epoch = [&](int, const std::vector<int>& order) {
     for (Replica& r : replicas) r.metrics.reset();
-    timer.start();
-    batches.start_epoch(epoch);
-    for (mgpu::DeviceData& dd : train_data) dd.order.upload(batches.order());
-    for (int b = 0; b < batches.count(); ++b) {
-      train_batch(s, train_data, b * o.batch_size, batches.size(b),
-                  mgpu::learning_rate_at(o, epoch, b, batches.count()));
-      log.progress(epoch + 1, b, batches.count());
-    }
-    mgpu::EpochRecord record;
-    record.seconds = timer.stop_seconds();
-    double loss_sum = 0, hits = 0;
+    for (mgpu::DeviceData& dd : train_data) dd.order.upload(order);
+  };
+  loop.step = [&](const mgpu::BatchOf& b) { train_batch(s, train_data, b.first, b.size, b.lr); };
+  loop.synchronize = [&] { devices.synchronize(); };
+  loop.train_metrics = [&] {
+    mgpu::LossAndHits sum;
     for (Replica& r : replicas) {
       const auto [l, h] = r.metrics.read();
-      loss_sum += l, hits += h;
+      sum.loss_sum += l, sum.hits += h;
     }
-    record.epoch = epoch + 1;
-    record.train_loss = loss_sum / data.train.count;
-    record.train_acc = hits / data.train.count;
-    record.test_acc = evaluate_accuracy(s, test_data, o.eval_all_devices);
-    log.end_epoch(record);
-    // d2l's recipe swings: say so once, the first time an epoch falls well below the best so far.
+    return sum;
+  };
+  loop.test_accuracy = [&] { return evaluate_accuracy(s, test_data, o.eval_all_devices); };
+  // d2l's recipe swings: say so once, the first time an epoch falls well below the best so far.
+  double best_test_acc = 0;
+  bool swing_explained = false;
+  loop.epoch_ended = [&](const mgpu::EpochRecord& record) {
     best_test_acc = std::max(best_test_acc, record.test_acc);
     if (!swing_explained && record.test_acc < best_test_acc - 0.1) {
       swing_explained = true;
@@ -292,7 +287,8 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
                   "  \"The test accuracy swings\")\n",
                   best_test_acc);
     }
-  }
+  };
+  mgpu::train_epochs(o, data.train.count, o.batch_size, loop, &log);
 }
 
 StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,

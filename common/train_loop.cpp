@@ -1,0 +1,67 @@
+#include "train_loop.h"
+
+#include <chrono>
+
+#include "check.h"
+
+namespace mgpu {
+
+namespace {
+
+void check_parts(const EpochLoop& loop) {
+  const char* missing = !loop.start_epoch     ? "start_epoch"
+                        : !loop.synchronize   ? "synchronize"
+                        : !loop.train_metrics ? "train_metrics"
+                        : !loop.test_accuracy ? "test_accuracy"
+                                              : nullptr;
+  if (missing) throw Error(std::string("train_epochs: the loop has no ") + missing);
+  if (static_cast<bool>(loop.step) == static_cast<bool>(loop.run_epoch))
+    throw Error("train_epochs: give the loop either step or run_epoch, not both or neither");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<EpochRecord> train_epochs(const Options& o, int train_examples, int batch_size, const EpochLoop& loop,
+                                      TrainingLog* log, int first_epoch) {
+  check_parts(loop);
+  ShuffledBatches batches(train_examples, batch_size, o.seed);
+  std::vector<EpochRecord> records;
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
+    const auto show_progress = [&](int batches_done) {
+      if (log && batches_done > 0) log->progress(epoch + 1, batches_done - 1, batches.count());
+    };
+    loop.synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    batches.start_epoch(epoch);
+    loop.start_epoch(epoch, batches.order());
+    if (loop.step) {
+      for (int b = 0; b < batches.count(); ++b) {
+        loop.step(BatchOf{epoch, b, b * batch_size, batches.size(b), learning_rate_at(o, epoch, b, batches.count())});
+        show_progress(b + 1);
+      }
+    } else {
+      loop.run_epoch(epoch, batches, show_progress);
+    }
+    loop.synchronize();
+    double seconds = seconds_since(start);
+    if (loop.epoch_seconds) seconds = loop.epoch_seconds(seconds);
+
+    const LossAndHits train = loop.train_metrics();
+    EpochRecord r;
+    r.epoch = epoch + 1;
+    r.train_loss = train.loss_sum / train_examples;
+    r.train_acc = train.hits / train_examples;
+    r.test_acc = loop.test_accuracy();
+    r.seconds = seconds;
+    records.push_back(r);
+    if (log) log->end_epoch(r);
+    if (loop.epoch_ended) loop.epoch_ended(r);
+  }
+  return records;
+}
+
+}  // namespace mgpu
