@@ -10,10 +10,16 @@
 //   chapter 05  mp::MpiAllreduce, mp::NcclRankAllreduce   one process per device (this process's
 //                                       one buffer), with start()/finish() for the overlap
 //   chapter 06  mixed::Ring16Allreduce, mixed::Nccl16Allreduce   the same sums with 16 bits on the wire
+//
+// A program makes the collective its user names (--allreduce ring) from a CollectiveMenu (below):
+// each chapter adds the collectives it teaches, by name, and the program asks for one.
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/device.h"
@@ -66,6 +72,30 @@ class Collective {
   // Waits until device d has done all its queued work. A collective between processes watches
   // for its own errors meanwhile: a peer that failed must not leave this process waiting forever.
   virtual void synchronize(const Device& d) { mgpu::synchronize(d); }
+};
+
+// The collectives a program can make, by name: the one way every program makes one. Each chapter
+// adds those it teaches, made for the devices (or, between processes, the rank) it is given:
+//   dp::add_collectives      "naive"             chapter 02
+//   ring::add_collectives    "ring"              chapter 03
+//   nccl::add_collectives    "nccl", "nccl_avg"  chapter 04 (builds with NCCL)
+//   mp::add_collectives      "mpi", "nccl"       chapter 05 (this process's one buffer)
+//   mixed::add_collectives   "ring16", "nccl16"  chapter 06
+// and the program chooses: menu.make("ring", elements).
+class CollectiveMenu {
+ public:
+  // Makes the collective for buffers of up to max_elements elements (some need no staging and
+  // ignore it).
+  using Maker = std::function<std::unique_ptr<Collective>(std::size_t max_elements)>;
+  // Throws mgpu::Error for a name already on the menu.
+  void add(const std::string& name, Maker make);
+  bool has(const std::string& name) const;
+  // Throws mgpu::Error naming the collectives on the menu for a name that is not one of them.
+  std::unique_ptr<Collective> make(const std::string& name, std::size_t max_elements) const;
+  std::vector<std::string> names() const;  // in the order they were added
+
+ private:
+  std::vector<std::pair<std::string, Maker>> makers_;
 };
 
 }  // namespace mgpu

@@ -63,7 +63,9 @@ mp::Config small_config(int epochs) {
 std::unique_ptr<mgpu::Collective> program_allreduce(const mp::World& w, const mp::RankDevice& device) {
   const mp::CollectiveKind kind =
       mp::choose_collective(w, mp::default_collective(), /*explicitly=*/false, device.ranks_per_gpu(), nullptr);
-  return mp::make_allreduce(kind, w, device.device(), device.ranks_per_gpu());
+  mgpu::CollectiveMenu menu;
+  mp::add_collectives(menu, w, device.device(), device.ranks_per_gpu());
+  return menu.make(mp::collective_name(kind), static_cast<std::size_t>(lenet::flat_count()));
 }
 
 mp::RunResult train(const mp::World& w, const mp::Config& c) {

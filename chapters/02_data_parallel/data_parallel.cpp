@@ -97,6 +97,10 @@ void Allreduce::run(const std::vector<float*>& data, mgpu::Elements n) {
   // END EXERCISE ex02.allreduce
 }
 
+void add_collectives(mgpu::CollectiveMenu& menu, const DeviceSet& devices) {
+  menu.add("naive", [&devices](std::size_t max_elements) { return std::make_unique<Allreduce>(devices, max_elements); });
+}
+
 std::vector<int> split_batch(std::vector<mgpu::DeviceData>& data, int first, int n,
                              const std::vector<const Device*>& devices, const std::vector<mgpu::Batch*>& shards) {
   if (data.size() != devices.size() || shards.size() != devices.size())

@@ -78,6 +78,10 @@ class Allreduce : public mgpu::Collective {
   std::vector<std::unique_ptr<mgpu::Event>> done_;  // per device: "its part is finished"
 };
 
+// Adds this chapter's collective to a program's menu (common/collective.h): "naive", an
+// Allreduce on `devices` (which must outlive what the menu makes).
+void add_collectives(mgpu::CollectiveMenu& menu, const DeviceSet& devices);
+
 // d2l's split_batch(X, y, devices): the batch is the n examples order[first .. first + n) of
 // the epoch's order; shard i (the next mgpu::shard_sizes(n, k)[i] of them) is gathered by device i,
 // from its own copy of the data, into replicas[i].shard. Returns the shard sizes.

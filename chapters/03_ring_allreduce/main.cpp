@@ -55,14 +55,16 @@ int main(int argc, char** argv) {
                 data.test.count);
 
     // The three ways to sum one step's gradients, each made for these devices.
-    const std::size_t bucket = dp::largest_gradient_sum(lenet::Layout::Flat);
+    mgpu::CollectiveMenu menu;
+    dp::add_collectives(menu, devices);    // "naive"
+    ring::add_collectives(menu, devices);  // "ring"
+    const lenet::Layout per_tensor = lenet::Layout::PerTensor, flat = lenet::Layout::Flat;
     std::vector<ring::GradientSum> ways;
-    ways.push_back({"chapter 02: 8 tensors via device 0", "naive", lenet::Layout::PerTensor,
-                    std::make_unique<dp::Allreduce>(devices, dp::largest_gradient_sum(lenet::Layout::PerTensor))});
-    ways.push_back({"chapter 02 allreduce, 1 flat bucket", "naive_flat", lenet::Layout::Flat,
-                    std::make_unique<dp::Allreduce>(devices, bucket)});
-    ways.push_back({"ring, 1 flat bucket", "ring", lenet::Layout::Flat,
-                    std::make_unique<ring::RingAllreduce>(devices, bucket)});
+    ways.push_back({"chapter 02: 8 tensors via device 0", "naive", per_tensor,
+                    menu.make("naive", dp::largest_gradient_sum(per_tensor))});
+    ways.push_back({"chapter 02 allreduce, 1 flat bucket", "naive_flat", flat,
+                    menu.make("naive", dp::largest_gradient_sum(flat))});
+    ways.push_back({"ring, 1 flat bucket", "ring", flat, menu.make("ring", dp::largest_gradient_sum(flat))});
 
     // Train with the first and the last: the curves should match (same start, same batches).
     ring::train_each(devices, data, o, chapter, {&ways.front(), &ways.back()});

@@ -8,6 +8,10 @@
 
 namespace ring {
 
+void add_collectives(mgpu::CollectiveMenu& menu, const DeviceSet& devices) {
+  menu.add("ring", [&devices](std::size_t max_elements) { return std::make_unique<RingAllreduce>(devices, max_elements); });
+}
+
 RingAllreduce::RingAllreduce(const DeviceSet& devices, std::size_t max_elements)
     : devices_(devices), max_elements_(max_elements) {
   const std::size_t largest_chunk = mgpu::chunk_of(Elements{max_elements_}, devices.size(), 0).count;

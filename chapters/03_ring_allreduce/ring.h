@@ -72,4 +72,8 @@ class RingAllreduce : public mgpu::Collective {
   std::vector<mgpu::Timestamp>* marks_ = nullptr;        // while timeline() runs: begin, end per step and device
 };
 
+// Adds this chapter's collective to a program's menu (common/collective.h): "ring", a
+// RingAllreduce on `devices` (which must outlive what the menu makes).
+void add_collectives(mgpu::CollectiveMenu& menu, const DeviceSet& devices);
+
 }  // namespace ring

@@ -62,13 +62,14 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
 
   // Every way hands the collective the whole flat gradient bucket in one call.
   const lenet::Layout flat = lenet::Layout::Flat;
+  const std::size_t bucket = dp::largest_gradient_sum(flat);
+  mgpu::CollectiveMenu menu;
+  ring::add_collectives(menu, devices);  // "ring"
+  nccl::add_collectives(menu, devices);  // "nccl", "nccl_avg"
   std::vector<ring::GradientSum> ways;
-  ways.push_back({"chapter 03 ring", "ring", flat,
-                  std::make_unique<ring::RingAllreduce>(devices, dp::largest_gradient_sum(flat))});
-  ways.push_back({"ncclSum, SGD divides by batch", "nccl_sum", flat,
-                  std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum)});
-  ways.push_back({"ncclAvg, SGD divides by batch/k", "nccl_avg", flat,
-                  std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Average)});
+  ways.push_back({"chapter 03 ring", "ring", flat, menu.make("ring", bucket)});
+  ways.push_back({"ncclSum, SGD divides by batch", "nccl_sum", flat, menu.make("nccl", bucket)});
+  ways.push_back({"ncclAvg, SGD divides by batch/k", "nccl_avg", flat, menu.make("nccl_avg", bucket)});
   ring::train_each(devices, data, o, chapter, {&ways[0], &ways[1], &ways[2]});
   ring::print_step_times(devices, data, o, ways);
   return 0;

@@ -8,6 +8,12 @@
 
 namespace nccl {
 
+void add_collectives(mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& devices) {
+  // NCCL needs no staging of its own: max_elements is not used.
+  menu.add("nccl", [&devices](std::size_t) { return std::make_unique<NcclAllreduce>(devices, Reduction::Sum); });
+  menu.add("nccl_avg", [&devices](std::size_t) { return std::make_unique<NcclAllreduce>(devices, Reduction::Average); });
+}
+
 int usable_devices(int wanted) {
   // The cpu build's NCCL stand-in (tests/nccl_standin/nccl.h) makes each logical device a rank.
   if (!mgpu::kCudaBackend) return std::max(1, wanted);

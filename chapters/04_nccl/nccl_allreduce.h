@@ -52,7 +52,7 @@ class NcclAllreduce : public mgpu::Collective {
  public:
   // One communicator per device (Communicators).
   NcclAllreduce(const mgpu::DeviceSet& devices, Reduction reduction);
-  std::string name() const override { return "nccl"; }
+  std::string name() const override { return reduction_ == Reduction::Sum ? "nccl" : "nccl_avg"; }
 
   // data[i] (n floats) lives on devices[i]; queued on each device's stream, no host wait.
   void run(const std::vector<float*>& data, mgpu::Elements n) override;
@@ -75,6 +75,10 @@ void group_calls(int k, const std::function<void(int i)>& call);
 // buffers, devices and communicators differ in number or `root` is not a device.
 void broadcast(const Communicators& comms, const mgpu::DeviceSet& devices, const mgpu::DeviceBuffers& data,
                mgpu::Elements n, int root);
+
+// Adds this chapter's collectives to a program's menu (common/collective.h): "nccl" (ncclSum)
+// and "nccl_avg" (ncclAvg), NcclAllreduces on `devices` (which must outlive what the menu makes).
+void add_collectives(mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& devices);
 
 // How many of `wanted` devices NCCL can use here: one per GPU (and at least one).
 int usable_devices(int wanted);

@@ -302,19 +302,19 @@ CollectiveKind choose_collective(const World& w, CollectiveKind wanted, bool exp
   // END EXERCISE ex05.bootstrap
 }
 
-std::unique_ptr<mgpu::Collective> make_allreduce(CollectiveKind kind, const World& w, const mgpu::Device& d,
-                                                 int ranks_per_gpu) {
-  if (kind == CollectiveKind::Mpi) return std::make_unique<MpiAllreduce>(w, d, whole_bucket().count);
-  // choose_collective() has already refused this for an explicit request; this is the last guard.
+void add_collectives(mgpu::CollectiveMenu& menu, const World& w, const mgpu::Device& d, int ranks_per_gpu) {
+  menu.add("mpi", [&w, &d](std::size_t max_elements) { return std::make_unique<MpiAllreduce>(w, d, max_elements); });
 #if MGPU_CUDA && MGPU_HAVE_NCCL
-  if (ranks_per_gpu > 1)
-    throw mgpu::Error(std::to_string(ranks_per_gpu) + " ranks share " + d.name() +
-                      ", and NCCL refuses two ranks of one communicator on one GPU; start at most one rank per "
-                      "GPU, or use --collective mpi");
-  return std::make_unique<NcclRankAllreduce>(w, d);
+  menu.add("nccl", [&w, &d, ranks_per_gpu](std::size_t) -> std::unique_ptr<mgpu::Collective> {
+    // choose_collective() has already refused this for an explicit request; this is the last guard.
+    if (ranks_per_gpu > 1)
+      throw mgpu::Error(std::to_string(ranks_per_gpu) + " ranks share " + d.name() +
+                        ", and NCCL refuses two ranks of one communicator on one GPU; start at most one rank per "
+                        "GPU, or use --collective mpi");
+    return std::make_unique<NcclRankAllreduce>(w, d);
+  });
 #else
   (void)ranks_per_gpu;
-  throw mgpu::Error("--collective nccl needs a cuda build with NCCL; use --collective mpi");
 #endif
 }
 

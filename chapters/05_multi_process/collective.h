@@ -69,9 +69,10 @@ CollectiveKind default_collective();
 CollectiveKind choose_collective(const World& w, CollectiveKind wanted, bool explicitly, int ranks_per_gpu,
                                 std::string* note);
 
-// The collective `kind` for this rank of `w`, on device d (which `ranks_per_gpu` ranks share):
-// it sums buffers of up to the flat bucket's lenet::flat_count() floats.
-std::unique_ptr<mgpu::Collective> make_allreduce(CollectiveKind kind, const World& w, const mgpu::Device& d,
-                                                 int ranks_per_gpu);
+// Adds this chapter's collectives, for this rank of `w` on device d (which `ranks_per_gpu` ranks
+// share), to a program's menu (common/collective.h): "mpi", and "nccl" (in a cuda build with
+// NCCL; it refuses to be made on a shared GPU). w and d must outlive what the menu makes.
+// The run's choice is made from collective_name(choose_collective(...)).
+void add_collectives(mgpu::CollectiveMenu& menu, const World& w, const mgpu::Device& d, int ranks_per_gpu);
 
 }  // namespace mp

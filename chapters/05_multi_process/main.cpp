@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collective.h"  // make_allreduce: MPI or NCCL between the ranks
+#include "collective.h"  // add_collectives: MPI or NCCL between the ranks
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
 #include "common/memory.h"  // error_text
 #include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
@@ -168,8 +168,10 @@ void run(const mp::World& w, mp::Config c) {
     throw mp::StoppedTogether(differ, /*failed_rank=*/0, /*failed_here=*/false);  // said once, above
   }
 
+  mgpu::CollectiveMenu menu;
+  mp::add_collectives(menu, w, d, rank_device.ranks_per_gpu());
   const std::unique_ptr<mgpu::Collective> allreduce =
-      mp::make_allreduce(c.collective, w, d, rank_device.ranks_per_gpu());
+      menu.make(mp::collective_name(c.collective), static_cast<std::size_t>(lenet::flat_count()));  // the flat bucket
   const mgpu::RunSettings settings = run_settings(c);
   const std::string run = mgpu::run_name(mp::kChapter.name, c.o.run_name, settings);  // 05_multi_process_devices-2
   std::optional<mgpu::TrainingLog> log;

@@ -99,8 +99,8 @@ double ring_bytes_per_device(const MixedOptions& mo, int k) {
 }
 
 MixedTrainer::MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& mo, int micro_batch,
-                           const lenet::HostParams& init, mgpu::Collective& exchange)
-    : mo_(mo), micro_batch_(micro_batch), exchange_(exchange) {
+                           const lenet::HostParams& init, mgpu::Collective& allreduce)
+    : mo_(mo), micro_batch_(micro_batch), allreduce_(allreduce) {
   const int shard_capacity = mgpu::shard_sizes(micro_batch, devices.size())[0];  // one micro-batch's shard
   replicas_.reserve(devices.size());
   for (int i = 0; i < devices.size(); ++i) {
@@ -142,7 +142,7 @@ bool MixedTrainer::step(std::vector<mgpu::DeviceData>& data, int first, int n, f
     }
   }
   // 3. One allreduce for the whole step: the micro-batches before the last exchanged nothing.
-  dp::allreduce_gradients(replicas_, exchange_);  // the flat bucket, in one call
+  dp::allreduce_gradients(replicas_, allreduce_);  // the flat bucket, in one call
   // END EXERCISE ex06.accumulate
   // 4. Loss scaling: divide the scale back out (exact for a power of two) and look for
   //    inf/NaN on every device. The verdict must be one for all devices, or their weights would
@@ -160,7 +160,7 @@ bool MixedTrainer::step(std::vector<mgpu::DeviceData>& data, int first, int n, f
   //    summed loss is divided by n here, that of a mean loss already was.
   const int divide_by = mo_.mean_loss ? 1 : n;
   for (dp::Replica& r : replicas_)
-    lenet::sgd(*r.device, r.params, r.grads, lr / exchange_.result_scale(), divide_by);
+    lenet::sgd(*r.device, r.params, r.grads, lr / allreduce_.result_scale(), divide_by);
   return true;
 }
 
@@ -209,29 +209,38 @@ std::array<double, 4> MixedTrainer::flushed_to_zero(const mgpu::DeviceImages& im
   return flushed;
 }
 
-namespace {
-
-std::unique_ptr<mgpu::Collective> make_exchange(const mgpu::DeviceSet& devices, const MixedOptions& mo) {
-  const std::size_t bucket = dp::largest_gradient_sum(lenet::Layout::Flat);
+void add_collectives(mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& devices, Precision format) {
+  menu.add("ring16", [&devices, format](std::size_t max_elements) {
+    return std::make_unique<Ring16Allreduce>(devices, format, max_elements);
+  });
 #if MGPU_CHAPTER06_NCCL
-  if (mo.nccl && mo.grad_bits == 16) return std::make_unique<Nccl16Allreduce>(devices, mo.precision, bucket);
-  if (mo.nccl) return std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
+  menu.add("nccl16", [&devices, format](std::size_t max_elements) {
+    return std::make_unique<Nccl16Allreduce>(devices, format, max_elements);
+  });
 #endif
-  if (mo.nccl) throw mgpu::Error("--allreduce nccl needs a cuda build with NCCL");
-  if (mo.grad_bits == 16) return std::make_unique<Ring16Allreduce>(devices, mo.precision, bucket);
-  return std::make_unique<ring::RingAllreduce>(devices, bucket);
 }
 
-}  // namespace
+std::string collective_name(const MixedOptions& mo) {
+  return std::string(mo.nccl ? "nccl" : "ring") + (mo.grad_bits == 16 ? "16" : "");
+}
 
 std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
                                const MixedOptions& mo, mgpu::TrainingLog& log) {
   const int k = devices.size();
   // Every micro-batch is split across the devices: the short last one of an epoch too.
   mgpu::check_batches_fit(data.train.count, o.batch_size, k);
-  const std::unique_ptr<mgpu::Collective> exchange = make_exchange(devices, mo);
+  // The gradients' allreduce: chapter 03's ring, chapter 04's NCCL, or this chapter's 16-bit
+  // versions of them, by the name the options give (resolve_defaults refused the impossible ones).
+  mgpu::CollectiveMenu menu;
+  ring::add_collectives(menu, devices);
+  add_collectives(menu, devices, mo.precision);
+#if MGPU_CHAPTER06_NCCL
+  nccl::add_collectives(menu, devices);
+#endif
+  const std::unique_ptr<mgpu::Collective> allreduce =
+      menu.make(collective_name(mo), dp::largest_gradient_sum(lenet::Layout::Flat));
   MixedTrainer trainer(devices, mo, mgpu::largest_batch(o.batch_size, data.train.count), lenet::init_params(o.seed),
-                       *exchange);
+                       *allreduce);
 
   // The images as a 16-bit GEMM reads them, rounded once (the pixels i/255 are not all exact in 16 bits).
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);

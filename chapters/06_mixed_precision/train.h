@@ -58,16 +58,23 @@ std::string resolve_defaults(MixedFlags& f);
 // Bytes of the gradient bucket each step allreduces (LeNet's flat bucket, 129,216 values), and
 // what each device sends of it through a ring of k devices, 2 (k - 1) / k of it.
 std::size_t bucket_bytes(const MixedOptions& mo);
+
+// Adds this chapter's collectives to a program's menu (common/collective.h): "ring16" (and,
+// in a cuda build with NCCL, "nccl16"), which carry the gradients in `format`'s 16 bits, on
+// `devices` (which must outlive what the menu makes).
+void add_collectives(mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& devices, Precision format);
+// The collective a run's options name on that menu: "ring", "nccl", "ring16" or "nccl16".
+std::string collective_name(const MixedOptions& mo);
 double ring_bytes_per_device(const MixedOptions& mo, int k);
 
 // Every device's state: chapter 02's replica (its fp32 master weights and gradients, Flat), the
 // working copy of the weights in the run's precision, and its one-float "found inf" flag.
 class MixedTrainer {
  public:
-  // micro_batch: the examples of one micro-batch (--batch-size); `exchange` sums the gradients
+  // micro_batch: the examples of one micro-batch (--batch-size); `allreduce` sums the gradients
   // (made for the same devices, with room for the flat bucket: it is handed all of it at once).
   MixedTrainer(const mgpu::DeviceSet& devices, const MixedOptions& mo, int micro_batch, const lenet::HostParams& init,
-               mgpu::Collective& exchange);
+               mgpu::Collective& allreduce);
 
   // One optimizer step on the n examples order[first .. first + n) of every device's data:
   // micro-batches of micro_batch examples (the last may be shorter), each split across the
@@ -92,7 +99,7 @@ class MixedTrainer {
  private:
   MixedOptions mo_;
   int micro_batch_;
-  mgpu::Collective& exchange_;
+  mgpu::Collective& allreduce_;
   std::vector<dp::Replica> replicas_;
   std::vector<lenet::Params> working_;          // per device: the weights as the GEMMs read them
   std::vector<mgpu::Buffer<float>> found_inf_;  // per device: 1 when its gradients hold inf/NaN

@@ -8,8 +8,8 @@
 #include <memory>
 #include <sstream>
 
-#include "../02_data_parallel/data_parallel.h"  // dp::split_batch; dp::Allreduce: --allreduce naive
-#include "../03_ring_allreduce/ring.h"            // ring::RingAllreduce: --allreduce ring
+#include "../02_data_parallel/data_parallel.h"  // dp::split_batch; dp::add_collectives: --allreduce naive
+#include "../03_ring_allreduce/ring.h"            // ring::add_collectives: --allreduce ring
 #include "common/batches.h"
 #include "common/memory.h"  // memory_refusal
 #include "common/report.h"  // write_whole_file
@@ -17,30 +17,13 @@
 #include "common/train_loop.h"
 #include "common/vector_ops.h"
 #if MGPU_HAVE_NCCL
-#include "../04_nccl/nccl_allreduce.h"  // nccl::NcclAllreduce: --allreduce nccl
+#include "../04_nccl/nccl_allreduce.h"  // nccl::add_collectives: --allreduce nccl
 #endif
 
 namespace resnet {
 namespace {
 
 using i64 = std::int64_t;
-
-// The collective, made once for the run. `elements`: the largest buffer it will be given (the
-// gradient bucket, or SyncBN's 2C sums).
-std::unique_ptr<mgpu::Collective> make_collective(const mgpu::DeviceSet& devices, CollectiveKind c,
-                                                  std::size_t elements) {
-  switch (c) {
-    case CollectiveKind::Ring: return std::make_unique<ring::RingAllreduce>(devices, elements);
-    case CollectiveKind::Naive: return std::make_unique<dp::Allreduce>(devices, elements);
-    case CollectiveKind::Nccl:
-#if MGPU_HAVE_NCCL
-      return std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum);
-#else
-      throw mgpu::Error("--allreduce nccl: this build has no NCCL");
-#endif
-  }
-  throw mgpu::Error("make_collective: unknown collective");
-}
 
 // The largest buffer a step hands the collective: the gradient bucket, or a BatchNorm's 2C sums.
 std::size_t largest_sum(const Network& net) {
@@ -251,7 +234,14 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   const int capacity = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
   check_memory(devices, net, capacity, data);
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
-  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
+  // The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
+  mgpu::CollectiveMenu menu;
+  dp::add_collectives(menu, devices);
+  ring::add_collectives(menu, devices);
+#if MGPU_HAVE_NCCL
+  nccl::add_collectives(menu, devices);
+#endif
+  const std::unique_ptr<mgpu::Collective> collective = menu.make(name_of(ro.collective), largest_sum(net));
   Devices s{net, replicas, ro.bn, *collective};
 
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // once per run
@@ -301,7 +291,14 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   check_memory(devices, net, mgpu::shard_sizes(n, k)[0], data);
   std::vector<Replica> replicas =
       make_replicas(devices, net, mgpu::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
-  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
+  // The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
+  mgpu::CollectiveMenu menu;
+  dp::add_collectives(menu, devices);
+  ring::add_collectives(menu, devices);
+#if MGPU_HAVE_NCCL
+  nccl::add_collectives(menu, devices);
+#endif
+  const std::unique_ptr<mgpu::Collective> collective = menu.make(name_of(ro.collective), largest_sum(net));
   Devices s{net, replicas, ro.bn, *collective};
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
   train_batch(s, train_data, 0, n, o.lr);  // the first step pays one-time costs: not timed
@@ -331,7 +328,14 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   check_memory(devices, net, sizes[0], data);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
-  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro.collective, largest_sum(net));
+  // The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
+  mgpu::CollectiveMenu menu;
+  dp::add_collectives(menu, devices);
+  ring::add_collectives(menu, devices);
+#if MGPU_HAVE_NCCL
+  nccl::add_collectives(menu, devices);
+#endif
+  const std::unique_ptr<mgpu::Collective> collective = menu.make(name_of(ro.collective), largest_sum(net));
   Devices s{net, replicas, ro.bn, *collective};
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
 
