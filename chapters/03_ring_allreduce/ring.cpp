@@ -30,20 +30,20 @@ RingAllreduce::~RingAllreduce() {
 }
 
 void RingAllreduce::receive_and_add(int to, float* dst, int from, const float* src, Elements n) {
-  mark(to);
+  probe_->device_began(to);
   // BEGIN EXERCISE ex03.reduce_scatter
   mgpu::copy_peer(devices_[to], staging_[to].data(), devices_[from], src, n);
   mgpu::add_into(devices_[to], dst, staging_[to].data(), static_cast<std::int64_t>(n.count));
   // END EXERCISE ex03.reduce_scatter
-  mark(to);
+  probe_->device_ended(to);
 }
 
 void RingAllreduce::receive(int to, float* dst, int from, const float* src, Elements n) {
-  mark(to);
+  probe_->device_began(to);
   // BEGIN EXERCISE ex03.all_gather
   mgpu::copy_peer(devices_[to], dst, devices_[from], src, n);
   // END EXERCISE ex03.all_gather
-  mark(to);
+  probe_->device_ended(to);
 }
 
 bool RingAllreduce::check(const std::vector<float*>& data, Elements n) const {
@@ -55,14 +55,37 @@ bool RingAllreduce::check(const std::vector<float*>& data, Elements n) const {
   return devices_.size() > 1 && n.count > 0;  // one device already holds the sum
 }
 
-void RingAllreduce::mark(int device) {
-  if (marks_) marks_->emplace_back().record(devices_[device]);
+void RingAllreduce::run(const std::vector<float*>& data, Elements n, mgpu::StepProbe& probe) {
+  probe_ = &probe;
+  try {
+    reduce_scatter(data, n);
+    all_gather(data, n);
+  } catch (...) {
+    probe_ = &mgpu::no_probe();
+    throw;
+  }
+  probe_ = &mgpu::no_probe();
 }
 
-void RingAllreduce::run(const std::vector<float*>& data, Elements n) {
-  reduce_scatter(data, n);
-  all_gather(data, n);
-}
+namespace {
+
+// Stamps a device's stream where the ring says its part of a step begins and where it ends.
+class StepStamps : public mgpu::StepProbe {
+ public:
+  struct Mark {
+    int device;
+    mgpu::Timestamp began, ended;
+  };
+  explicit StepStamps(const DeviceSet& devices) : devices_(devices) {}
+  void device_began(int device) override { marks.push_back({device, {}, {}}), marks.back().began.record(devices_[device]); }
+  void device_ended(int device) override { marks.back().ended.record(devices_[device]); }
+  std::vector<Mark> marks;  // in the order the ring queued them
+
+ private:
+  const DeviceSet& devices_;
+};
+
+}  // namespace
 
 void RingAllreduce::reduce_scatter(const std::vector<float*>& data, Elements n) {
   if (!check(data, n)) return;
@@ -114,25 +137,17 @@ void RingAllreduce::all_gather(const std::vector<float*>& data, Elements n) {
 }
 
 std::vector<RingAllreduce::StepSpan> RingAllreduce::timeline(const std::vector<float*>& data, Elements n) {
-  std::vector<mgpu::Timestamp> marks;
-  marks.reserve(std::size_t(4) * devices_.size() * devices_.size());
   devices_.synchronize();  // start from idle devices
-  marks_ = &marks;
-  try {
-    run(data, n);
-  } catch (...) {
-    marks_ = nullptr;
-    throw;
-  }
-  marks_ = nullptr;
-  // The marks came in pairs (receive_and_add, receive), step by step and, within a step, device
-  // 0 first (ring.h asks the halves for that order).
+  StepStamps stamps(devices_);
+  run(data, n, stamps);
+  // The marks came step by step and, within a step, device 0 first (ring.h asks the halves for
+  // that order).
   const int k = devices_.size();
   std::vector<StepSpan> spans;
   double first = 0;
-  for (std::size_t m = 0; m + 1 < marks.size(); m += 2) {
-    const int pair = static_cast<int>(m / 2);
-    spans.push_back({pair / k, pair % k, marks[m].seconds(), marks[m + 1].seconds()});
+  for (std::size_t m = 0; m < stamps.marks.size(); ++m) {
+    const StepStamps::Mark& mark = stamps.marks[m];
+    spans.push_back({static_cast<int>(m) / k, mark.device, mark.began.seconds(), mark.ended.seconds()});
     first = spans.size() == 1 ? spans.back().began : std::min(first, spans.back().began);
   }
   for (StepSpan& s : spans) s.began -= first, s.ended -= first;

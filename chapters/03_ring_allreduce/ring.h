@@ -19,6 +19,7 @@
 
 #include "common/collective.h"
 #include "common/device.h"
+#include "common/probe.h"
 
 namespace ring {
 
@@ -36,7 +37,11 @@ class RingAllreduce : public mgpu::Collective {
   // data[i] (n elements) lives on devices[i]; afterwards every data[i] holds the sum. Only
   // queues work on the devices' streams: no host synchronization inside the ring.
   // run = reduce_scatter, then all_gather.
-  void run(const std::vector<float*>& data, Elements n) override;
+  void run(const std::vector<float*>& data, Elements n) override { run(data, n, mgpu::no_probe()); }
+  // The same, telling `probe` (common/probe.h) where each device's part of each step is queued
+  // (device_began before it, device_ended after it): timeline() passes one that stamps the
+  // devices' streams there. The ring itself measures nothing.
+  void run(const std::vector<float*>& data, Elements n, mgpu::StepProbe& probe);
   // The two halves, each a collective of its own (NCCL has both: ncclReduceScatter and
   // ncclAllGather). Chunks are mgpu::chunk_of(n, k, c).
   //   reduce_scatter: afterwards device i's chunk (i + 1) mod k holds that chunk's sum over
@@ -61,15 +66,14 @@ class RingAllreduce : public mgpu::Collective {
   // Refuses a wrong buffer count or size; false when there is nothing to do (k = 1 or n = 0).
   bool check(const std::vector<float*>& data, Elements n) const;
   // Queued on `to`'s stream: to's chunk += from's chunk (through to's staging buffer), or
-  // to's chunk = from's chunk. While timeline() runs, each also stamps its begin and end.
+  // to's chunk = from's chunk. Each tells the run's probe where it begins and ends.
   void receive_and_add(int to, float* dst, int from, const float* src, Elements n);
   void receive(int to, float* dst, int from, const float* src, Elements n);
-  void mark(int device);  // only while timeline() runs: a timestamp on the device's stream
   const DeviceSet& devices_;
   std::size_t max_elements_;
   std::vector<mgpu::Buffer<float>> staging_;              // per device: one incoming chunk
   std::vector<std::unique_ptr<mgpu::Event>> step_done_;  // per device: "my last step is done"
-  std::vector<mgpu::Timestamp>* marks_ = nullptr;        // while timeline() runs: begin, end per step and device
+  mgpu::StepProbe* probe_ = &mgpu::no_probe();           // the probe of the run under way
 };
 
 // Adds this chapter's collective to a program's menu (common/collective.h): "ring", a
