@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../chapters/02_data_parallel/data_parallel.h"
-#include "../chapters/03_ring_allreduce/benchmark.h"
+#include "common/allreduce_bench.h"  // bench::input: the inputs whose sums are exact
 #include "../chapters/03_ring_allreduce/ring.h"
 #include "common/vector_ops.h"
 #include "helpers.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../chapters/03_ring_allreduce/benchmark.h"
-#include "../chapters/03_ring_allreduce/cost_model.h"
+#include "common/allreduce_bench.h"
+#include "common/cost_model.h"
 #include "../chapters/03_ring_allreduce/ring.h"
 #include "common/random.h"
 #include "data_parallel_checks.h"
@@ -238,7 +238,13 @@ TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is ca
   s.max_bytes = 1 << 12;
   s.warmup = 1;
   s.iters = 1;
-  auto results = bench::run_benchmark(devices, s, bench::naive_and_ring);
+  bench::Contenders naive_and_ring;  // as 03_allreduce_bench compares them
+  naive_and_ring.add_collectives = [](mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& d) {
+    dp::add_collectives(menu, d);
+    ring::add_collectives(menu, d);
+  };
+  naive_and_ring.names = {"naive", "ring", "not on the menu"};  // a name the menu lacks is left out
+  auto results = bench::run_benchmark(devices, s, naive_and_ring);
   REQUIRE(results.size() == 2 * 11);  // 4 B .. 4 KiB, two algorithms
   for (const bench::Measurement& m : results) {
     CAPTURE(m.algorithm);
@@ -262,11 +268,11 @@ TEST_CASE("the benchmark's check counts wrong elements: a broken allreduce is ca
     const mgpu::DeviceSet& devices_;
     ring::RingAllreduce ring_;
   };
-  auto broken = [](const mgpu::DeviceSet& d, std::size_t max) {
-    bench::Collectives collectives;
-    collectives.push_back(std::make_unique<Broken>(d, max));
-    return collectives;
+  bench::Contenders broken;
+  broken.add_collectives = [](mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& d) {
+    menu.add("broken", [&d](std::size_t max) { return std::make_unique<Broken>(d, max); });
   };
+  broken.names = {"broken"};
   results = bench::run_benchmark(devices, s, broken);
   REQUIRE(results.size() == 11);  // 4 B .. 4 KiB, one algorithm: the loop below must check them
   for (const bench::Measurement& m : results) {

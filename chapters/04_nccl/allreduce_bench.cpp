@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "../03_ring_allreduce/benchmark.h"  // chapter 03's benchmark harness: this adds a column
+#include "common/allreduce_bench.h"  // the benchmark harness chapter 03 teaches: this adds a column
 #include "common/backend.h"
 #include "common/program.h"
 
@@ -25,25 +25,27 @@ bench::Settings chapter_defaults() {
 }  // namespace
 
 #if MGPU_HAVE_NCCL
-#include "nccl_allreduce.h"  // NcclAllreduce: the third column
-
-namespace {
-
-bench::Collectives naive_ring_and_nccl(const mgpu::DeviceSet& devices, std::size_t max_elements) {
-  bench::Collectives collectives = bench::naive_and_ring(devices, max_elements);
-  if (nccl::usable_devices(devices.size()) < devices.size()) {
-    std::printf("(%d devices on %d GPUs: NCCL needs one GPU per rank, so no nccl column here)\n", devices.size(),
-                mgpu::gpu_count());
-    return collectives;
-  }
-  collectives.push_back(std::make_unique<nccl::NcclAllreduce>(devices, nccl::Reduction::Sum));
-  return collectives;
-}
-
-}  // namespace
+#include "../01_lenet/lenet.h"                  // flat_count: LeNet's gradient bucket, a size the cost model prices
+#include "../02_data_parallel/data_parallel.h"  // dp::add_collectives: "naive"
+#include "../03_ring_allreduce/ring.h"          // ring::add_collectives: "ring"
+#include "nccl_allreduce.h"                     // nccl::add_collectives: "nccl", the third column
 
 int main(int argc, char** argv) {
-  return bench::main_program(argc, argv, kProgram, naive_ring_and_nccl, chapter_defaults());
+  bench::Contenders contenders;
+  contenders.add_collectives = [](mgpu::CollectiveMenu& menu, const mgpu::DeviceSet& devices) {
+    dp::add_collectives(menu, devices);
+    ring::add_collectives(menu, devices);
+    if (nccl::usable_devices(devices.size()) < devices.size()) {
+      std::printf("(%d devices on %d GPUs: NCCL needs one GPU per rank, so no nccl column here)\n", devices.size(),
+                  mgpu::gpu_count());
+      return;
+    }
+    nccl::add_collectives(menu, devices);
+  };
+  contenders.names = {"naive", "ring", "nccl"};
+  contenders.bucket_label = "LeNet's gradients";
+  contenders.bucket_bytes = double(lenet::flat_count()) * sizeof(float);  // the flat bucket
+  return bench::main_program(argc, argv, kProgram, contenders, chapter_defaults());
 }
 
 #else

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "../02_data_parallel/data_parallel.h"  // chapter 02's replicas: a worker is one
-#include "../03_ring_allreduce/cost_model.h"    // chapter 03's cost model: the server's traffic priced beside the ring's
+#include "common/cost_model.h"  // chapter 03's cost model: the server's traffic priced beside the ring's
 #include "common/device.h"
 
 namespace ps {

@@ -6,7 +6,7 @@
 //   build/bin/10_fast_kernels -b 32 -n 5        the cpu build: the references only
 // For each kernel and shape: warm up, check every element of the raw result against the
 // reference's (outside the timed loop), then time each variant over many calls with the device
-// drained before and after. Writes <out>/10_fast_kernels.csv and .md; ends with a result: line.
+// drained before and after (common/benchmark.h's measure, as chapters 03 and 04 measure allreduces). Writes <out>/10_fast_kernels.csv and .md; ends with a result: line.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "common/backend.h"  // kBackendName, kCudaBackend
+#include "common/benchmark.h"  // measure: warm up, check, time (the harness chapters 03 and 04 run too)
 #include "common/cli.h"      // prepare_app, parse, integer, text, refuse_command_line
 #include "common/device.h"   // DeviceSet, Buffer, copy_peer
 #include "common/memory.h"   // memory_refusal: refuse a batch that cannot fit, before allocating
 #include "common/program.h"  // start_program: line-buffered output
 #include "common/random.h"   // Rng: the same inputs on every run
 #include "common/report.h"   // prepare_output_folder, write_whole_file, build_commit
-#include "common/timer.h"    // SyncTimer: wall time with the devices drained
 #include "common/vector_ops.h"  // fill: the raw kernels' outputs poisoned before their check
 #include "kernels.h"         // the raw kernels; chapter 09's layers.h, the references
 
@@ -160,18 +160,20 @@ struct Bench {
   std::vector<Row> rows;
 };
 
-// Milliseconds per call of `call` (queued on the device): warm-up calls first, drained; then
-// settings.iters calls (or as many as fill ~0.25 s by the warm-up's time) between two drains.
+// How often common/benchmark.h's measure calls a variant: settings.warmup calls first, then
+// settings.iters (or as many as fill ~0.25 s by the warm-up's time, at least 3).
+mgpu::Repeats repeats(const Settings& s) {
+  mgpu::Repeats r;
+  r.warmup = s.warmup;
+  r.iters = s.iters;
+  r.fill_seconds = 0.25;
+  r.min_iters = 3;
+  return r;
+}
+
+// Milliseconds per call of `call` (queued on the device), between two drains.
 double time_ms(const Bench& b, const std::function<void()>& call) {
-  mgpu::SyncTimer timer(b.devices);
-  timer.start();
-  for (int i = 0; i < b.settings.warmup; ++i) call();
-  const double warm = b.settings.warmup > 0 ? timer.stop_seconds() / b.settings.warmup : 0;
-  int iters = b.settings.iters;
-  if (iters == 0) iters = static_cast<int>(std::clamp(0.25 / std::max(warm, 1e-7), 3.0, 10000.0));
-  timer.start();
-  for (int i = 0; i < iters; ++i) call();
-  return 1e3 * timer.stop_seconds() / iters;
+  return 1e3 * mgpu::measure(b.devices, repeats(b.settings), call).seconds_per_call;
 }
 
 std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
@@ -222,21 +224,23 @@ void add_row(Bench& b, Row r) {
 }
 
 // The reference's row, then (cuda build) the raw kernel's. `reference` and `raw` queue one call
-// each; before the raw kernel is timed, its output (`raw_out`, n floats) is filled with 1e30, a
-// value none of these kernels can produce from inputs in [-1, 1], it runs once after the
-// reference, and `wrong` counts the elements of its result that fail `check` against the
-// reference's: every element, outside the timed loop.
+// each; the raw kernel's check (between its warm-up and its timed calls, common/benchmark.h):
+// its output (`raw_out`, n floats) filled with 1e30, a value none of these kernels can produce
+// from inputs in [-1, 1], the reference and the raw kernel run once, and `wrong` counts the
+// elements of its result that fail `check` against the reference's: every element.
 void measure(Bench& b, const std::string& kernel, const std::string& shape, double bytes,
              const std::function<void()>& reference, const std::function<void()>& raw, float* raw_out, i64 n,
              const std::function<i64()>& wrong, const std::string& check) {
   add_row(b, {kernel, shape, "reference", time_ms(b, reference), bytes, "-", 0});
   if (!mgpu::kCudaBackend) return;
-  mgpu::fill(b.devices[0], raw_out, n, 1.0e30f);  // an element the raw kernel leaves alone shows
-  reference();
-  raw();
-  b.devices.synchronize();
-  const i64 bad = wrong();
-  add_row(b, {kernel, shape, "raw", time_ms(b, raw), bytes, check, bad});
+  const mgpu::Measured m = mgpu::measure(b.devices, repeats(b.settings), raw, [&] {
+    mgpu::fill(b.devices[0], raw_out, n, 1.0e30f);  // an element the raw kernel leaves alone shows
+    reference();
+    raw();
+    b.devices.synchronize();
+    return wrong();
+  });
+  add_row(b, {kernel, shape, "raw", 1e3 * m.seconds_per_call, bytes, check, m.wrong});
 }
 
 // ---- The kernels, at every shape. (The cpu build times the references only: its raw launchers

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../../chapters/03_ring_allreduce/benchmark.h"
+#include "common/allreduce_bench.h"
 #include "../../chapters/03_ring_allreduce/ring.h"
 #include "../../chapters/06_mixed_precision/formats.h"
 #include "../../chapters/06_mixed_precision/loss_scaler.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "../../chapters/02_data_parallel/data_parallel.h"
-#include "../../chapters/03_ring_allreduce/benchmark.h"
+#include "common/allreduce_bench.h"
 #include "../../chapters/03_ring_allreduce/ring.h"
 #include "common/random.h"
 #include "data_parallel_checks.h"

@@ -1,16 +1,14 @@
-#include "benchmark.h"
+#include "allreduce_bench.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 
-#include "common/backend.h"
-#include "common/check.h"
-#include "common/report.h"
-#include "common/timer.h"
-#include "../02_data_parallel/data_parallel.h"  // chapter 02's allreduce, the baseline
-#include "ring.h"
+#include "backend.h"
+#include "benchmark.h"  // measure: warm up, check, time
+#include "check.h"
+#include "report.h"
 
 namespace bench {
 
@@ -54,58 +52,45 @@ std::size_t count_wrong(const Buffers& buffers, std::size_t n) {
 Measurement measure(const DeviceSet& devices, mgpu::Collective& collective, Buffers& buffers, std::size_t n,
                     const Settings& settings) {
   const std::vector<float*> data = pointers(buffers);
-  mgpu::SyncTimer timer(devices);
   const Elements count{n};
-
-  // Warm up (first use of memory and streams), timing it to choose the iteration count.
-  fill_inputs(buffers, n);
-  timer.start();
-  for (int i = 0; i < settings.warmup; ++i) collective.run(data, count);
-  const double warmup_seconds = timer.stop_seconds();
-
-  // Check: from fresh inputs, one allreduce, every element of every device.
-  fill_inputs(buffers, n);
-  collective.run(data, count);
-  devices.synchronize();
-  Measurement m;
-  m.algorithm = collective.name();
-  m.devices = devices.size();
-  m.count = n;
-  m.bytes = n * sizeof(float);
-  m.wrong = count_wrong(buffers, n);
-
-  // Time. (The values keep growing by a factor k per run; that changes no timing.)
-  int iters = settings.iters;
-  if (iters == 0) {
-    const double per_run = warmup_seconds / std::max(1, settings.warmup);
-    iters = static_cast<int>(std::clamp(0.2 / std::max(per_run, 1e-9), 10.0, 10000.0));
-  }
-  timer.start();
-  for (int i = 0; i < iters; ++i) collective.run(data, count);
-  const double seconds = timer.stop_seconds() / iters;
+  mgpu::Repeats repeats;
+  repeats.warmup = settings.warmup;
+  repeats.iters = settings.iters;  // 0: enough for ~0.2 s, 10 to 10,000
+  fill_inputs(buffers, n);  // the warm-up's inputs (the values grow by a factor k per run: no timing changes)
+  const mgpu::Measured timed = mgpu::measure(
+      devices, repeats, [&] { collective.run(data, count); },
+      [&] {  // from fresh inputs, one allreduce, every element of every device
+        fill_inputs(buffers, n);
+        collective.run(data, count);
+        devices.synchronize();
+        return static_cast<std::int64_t>(count_wrong(buffers, n));
+      });
 
   const int k = devices.size();
-  m.time_us = seconds * 1e6;
-  m.algbw = m.bytes / seconds / 1e9;
+  Measurement m;
+  m.algorithm = collective.name();
+  m.devices = k;
+  m.count = n;
+  m.bytes = n * sizeof(float);
+  m.wrong = static_cast<std::size_t>(timed.wrong);
+  m.time_us = timed.seconds_per_call * 1e6;
+  m.algbw = m.bytes / timed.seconds_per_call / 1e9;
   m.busbw = m.algbw * 2.0 * (k - 1) / k;
   return m;
 }
 
 }  // namespace
 
-Collectives naive_and_ring(const DeviceSet& devices, std::size_t max_elements) {
-  Collectives collectives;
-  collectives.push_back(std::make_unique<dp::Allreduce>(devices, max_elements));
-  collectives.push_back(std::make_unique<ring::RingAllreduce>(devices, max_elements));
-  return collectives;
-}
-
 std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
-                                       const CollectiveFactory& make_collectives) {
+                                       const Contenders& contenders) {
   const std::size_t max_n = std::max<std::size_t>(1, settings.max_bytes / sizeof(float));
   Buffers buffers;
   for (int i = 0; i < devices.size(); ++i) buffers.emplace_back(devices[i], max_n);
-  const Collectives collectives = make_collectives(devices, max_n);
+  mgpu::CollectiveMenu menu;
+  contenders.add_collectives(menu, devices);
+  std::vector<std::unique_ptr<mgpu::Collective>> collectives;
+  for (const std::string& name : contenders.names)
+    if (menu.has(name)) collectives.push_back(menu.make(name, max_n));
 
   std::printf("\n# allreduce, float32, sum, in place, on %d devices (%s)\n#%27s", devices.size(),
               mgpu::kBackendName, "");

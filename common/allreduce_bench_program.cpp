@@ -12,15 +12,14 @@
 #include <set>
 #include <sstream>
 
-#include "benchmark.h"
-#include "common/backend.h"
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/memory.h"  // host_memory_available, gpu_memory_available, gib
-#include "common/program.h"
-#include "common/report.h"
+#include "allreduce_bench.h"
+#include "backend.h"
+#include "check.h"
+#include "cli.h"
 #include "cost_model.h"
-#include "../01_lenet/lenet.h"  // flat_count: LeNet's gradient bucket, a size the cost model prices
+#include "memory.h"  // host_memory_available, gpu_memory_available, gib
+#include "program.h"
+#include "report.h"
 
 namespace bench {
 namespace {
@@ -188,21 +187,21 @@ void print_model_check(const cost::SharedMemory& m, const std::vector<Measuremen
   }
 }
 
-// What the model predicts on links this machine does not have (printed for LeNet's bucket and
-// 256 MiB, k = 2..8).
-void print_interconnect_predictions(const Settings& settings) {
-  const double lenet_bytes = double(lenet::flat_count()) * sizeof(float);  // the flat bucket
+// What the model predicts on links this machine does not have (printed for the program's
+// bucket, LeNet's gradients, and 256 MiB, k = 2..8).
+void print_interconnect_predictions(const Settings& settings, const Contenders& contenders) {
+  const double bucket_bytes = contenders.bucket_bytes;
   const double large_bytes = double(std::size_t(256) << 20);
   for (const cost::Interconnect& c : cost::published_interconnects(settings.alpha_us * 1e-6)) {
     std::printf("\n# cost model, %s: B = %.0f GB/s each way per device, adds at %.0f GB/s, alpha = %.1f us\n"
                 "#   (%s)\n"
                 "# %7s  %30s  %30s\n# %7s  %9s %9s %10s  %9s %9s %10s\n",
                 c.name.c_str(), c.link_bytes_s / 1e9, c.add_bytes_s / 1e9, c.alpha_s * 1e6, c.source.c_str(),
-                "", ("LeNet's gradients, " + human_bytes(lenet_bytes)).c_str(), human_bytes(large_bytes).c_str(),
+                "", (contenders.bucket_label + ", " + human_bytes(bucket_bytes)).c_str(), human_bytes(large_bytes).c_str(),
                 "devices", "naive us", "ring us", "naive/ring", "naive us", "ring us", "naive/ring");
     for (int k = 2; k <= 8; ++k) {
       std::printf("  %7d", k);
-      for (double bytes : {lenet_bytes, large_bytes}) {
+      for (double bytes : {bucket_bytes, large_bytes}) {
         const double naive = cost::naive_seconds(c, k, bytes) * 1e6, ring = cost::ring_seconds(c, k, bytes) * 1e6;
         std::printf("  %9.1f %9.1f %10.2f", naive, ring, naive / ring);
       }
@@ -282,7 +281,8 @@ Settings parse_command_line(int argc, char** argv, const std::string& program, c
 }
 
 MemoryNeed memory_needed(const Settings& settings, int devices, int gpus) {
-  // As run_benchmark (benchmark.cpp) and naive_and_ring allocate them, for the largest size.
+  // As run_benchmark (allreduce_bench.cpp), chapter 02's allreduce and the ring allocate them,
+  // for the largest size.
   const std::size_t n = std::max<std::size_t>(1, settings.max_bytes / sizeof(float));
   const std::size_t buffer = n * sizeof(float);
   const std::size_t chunk = (n + devices - 1) / devices * sizeof(float);  // the ring's largest chunk
@@ -303,7 +303,7 @@ namespace {
 
 // nccl-tests' last lines, so that scripts written for its output read ours: the wrong elements
 // ("Out of bounds values", OK or FAILED) and the mean busbw over every size of the program's own
-// collective (the last the factory lists: the ring in chapter 03, NCCL in chapter 04) at the
+// collective (the last the program names: the ring in chapter 03, NCCL in chapter 04) at the
 // largest device count, as nccl-tests averages the one collective and device count it ran.
 // Before them, the same mean for every collective and device count, one comment line each.
 void print_nccl_tests_footer(const std::vector<Measurement>& results, std::size_t wrong) {
@@ -331,7 +331,7 @@ void print_nccl_tests_footer(const std::vector<Measurement>& results, std::size_
 
 }  // namespace
 
-int main_program(int argc, char** argv, const std::string& program, const CollectiveFactory& make_collectives,
+int main_program(int argc, char** argv, const std::string& program, const Contenders& contenders,
                  const Settings& defaults) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const Settings settings = parse_command_line(argc, argv, program, defaults);
@@ -355,13 +355,13 @@ int main_program(int argc, char** argv, const std::string& program, const Collec
     for (int k : settings.device_counts) {
       const mgpu::DeviceSet devices(k);
       std::printf("\n%s%s", devices.mapping().c_str(), mgpu::enable_peer_access(devices).c_str());
-      const std::vector<Measurement> r = run_benchmark(devices, settings, make_collectives);
+      const std::vector<Measurement> r = run_benchmark(devices, settings, contenders);
       results.insert(results.end(), r.begin(), r.end());
     }
 
     print_model_check(shared, results, settings);
     const std::string model_csv = (fs::path(settings.out) / (program + "_model.csv")).string();
-    print_interconnect_predictions(settings);
+    print_interconnect_predictions(settings, contenders);
     write_model_csv(model_csv, shared, settings);
 
     const std::string csv = (fs::path(settings.out) / (program + ".csv")).string();

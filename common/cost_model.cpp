@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/timer.h"
-#include "common/vector_ops.h"
+#include "timer.h"
+#include "vector_ops.h"
 
 namespace cost {
 

@@ -1,5 +1,7 @@
-// An allreduce benchmark in the style of NVIDIA's nccl-tests: for each message size, each
-// algorithm is warmed up, checked element by element, then timed; the table gives
+// An allreduce benchmark in the style of NVIDIA's nccl-tests, taught in chapter 03 and run by
+// chapters 03 (03_allreduce_bench: chapter 02's allreduce against the ring) and 04
+// (04_allreduce_bench: NCCL beside them): for each message size, each collective is warmed up,
+// checked element by element, then timed (common/benchmark.h's measure); the table gives
 //
 //   time    per allreduce, devices synchronized before and after the timed loop
 //   algbw   bytes / time: how fast the user's buffer was reduced
@@ -10,30 +12,36 @@
 //
 // The check is outside the timed loop: each device i starts from input(i, j), small integers
 // whose sums are exact in float in any order, so a right answer is exactly right.
+// After the table, the alpha-beta cost model (cost_model.h) is checked against it and priced on
+// published interconnects.
 #pragma once
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "common/collective.h"
-#include "common/device.h"
+#include "collective.h"
+#include "device.h"
 
 namespace bench {
 
 using mgpu::DeviceSet;
 using mgpu::Elements;
 
-// The algorithms under test are collectives (common/collective.h): the harness owns parsing,
-// timing and checking, each collective only run()s, as in nccl-tests. Its name() heads its
-// column set and fills the CSV's `algorithm`.
-using Collectives = std::vector<std::unique_ptr<mgpu::Collective>>;
-
-// Builds the collectives to compare on `devices`, for buffers of up to max_elements floats.
-using CollectiveFactory = std::function<Collectives(const DeviceSet& devices, std::size_t max_elements)>;
-
-// Chapter 02's allreduce (one transfer of the whole buffer) and chapter 03's ring.
-Collectives naive_and_ring(const DeviceSet& devices, std::size_t max_elements);
+// What a benchmark program compares. The algorithms under test are collectives
+// (common/collective.h): the harness owns parsing, timing and checking, each collective only
+// run()s, as in nccl-tests. For each device count the program's add_collectives puts them on a
+// menu for those devices; the harness makes and measures those of `names` on it, in that order
+// (one the menu lacks at some count, NCCL on devices sharing a GPU, is left out there). Each
+// one's name() heads its column set and fills the CSV's `algorithm`; the cost model knows
+// "naive" and "ring". bucket_bytes (bucket_label: "LeNet's gradients") is a size the cost model
+// prices beside 256 MiB.
+struct Contenders {
+  std::function<void(mgpu::CollectiveMenu& menu, const DeviceSet& devices)> add_collectives;
+  std::vector<std::string> names;
+  std::string bucket_label;
+  double bucket_bytes = 0;
+};
 
 // The command line, as nccl-tests' (-g -b -e -f -i -w -n; benchmark_program.cpp says how -g maps).
 struct Settings {
@@ -75,7 +83,7 @@ MemoryNeed memory_needed(const Settings& settings, int devices, int gpus);
 // The whole benchmark program: parse the command line (exit 2 on a bad one, or on one that
 // needs more memory than this machine has), measure every device count, check the cost model,
 // write <out>/<program>.csv, _model.csv and .png.
-int main_program(int argc, char** argv, const std::string& program, const CollectiveFactory& make_collectives,
+int main_program(int argc, char** argv, const std::string& program, const Contenders& contenders,
                  const Settings& defaults = Settings{});
 
 struct Measurement {
@@ -91,7 +99,7 @@ float input(int device, std::size_t j);
 
 // Measures every collective at every size on `devices`, printing the table as it goes.
 std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
-                                       const CollectiveFactory& make_collectives);
+                                       const Contenders& contenders);
 
 // The results as CSV (one row per algorithm, device count and size) and a plot of busbw and
 // time against size, one line per algorithm and device count.
