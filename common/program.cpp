@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend.h"  // MGPU_CUDA
+#include "check.h"
 #include "memory.h"   // kBlasStartupBytes
 #include "openmp_waits.h"
 
@@ -71,6 +72,22 @@ void start_program(char** argv) {
   }
   std::atexit(check_standard_output);
   use_passive_openmp_waits(argv);
+}
+
+FashionMnist load_data(const Options& o) {
+  FashionMnist data = load_fashion_mnist(o.data_dir, o.limit_train);
+  std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
+              data.test.count);
+  return data;
+}
+
+int run_or_report(const std::string& program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), error_text(e).c_str());
+    return 1;
+  }
 }
 
 }  // namespace mgpu

@@ -10,10 +10,22 @@
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
-#include "common/memory.h"  // error_text
-#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/program.h"  // start_program, load_data, run_or_report: what every program does
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "train.h"  // train, profile_step: the epoch loop (train.cpp); the model in lenet.h
+
+namespace {
+
+// --profile on: one training step kernel by kernel, before training.
+void print_step_profile(const mgpu::Device& d, const mgpu::FashionMnist& data, const mgpu::Options& o) {
+  const lenet::StepProfile p = lenet::profile_step(d, data, o);
+  std::printf("\none training step of %d images, kernel by kernel (%s):\n%s"
+              "the same step without the profile's timers: %.1f us\n\n",
+              mgpu::largest_batch(o.batch_size, data.train.count), mgpu::kBackendName,
+              mgpu::format_profile(p.kernels).c_str(), p.wall_seconds * 1e6);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
@@ -28,20 +40,12 @@ int main(int argc, char** argv) {
                      "record one training step and replay it for every full batch (a CUDA graph on a GPU: "
                      "one launch instead of dozens)");
   });
-  try {
+  return mgpu::run_or_report(chapter.name, [&] {
     const mgpu::DeviceSet devices(1);
     std::printf("backend %s, %lld parameters\n%s", mgpu::kBackendName,
                 static_cast<long long>(lenet::parameter_count()), devices.mapping().c_str());
-    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
-    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
-                data.test.count);
-    if (profile) {
-      const lenet::StepProfile p = lenet::profile_step(devices[0], data, o);
-      std::printf("\none training step of %d images, kernel by kernel (%s):\n%s"
-                  "the same step without the profile's timers: %.1f us\n\n",
-                  mgpu::largest_batch(o.batch_size, data.train.count), mgpu::kBackendName, mgpu::format_profile(p.kernels).c_str(),
-                  p.wall_seconds * 1e6);
-    }
+    const mgpu::FashionMnist data = mgpu::load_data(o);
+    if (profile) print_step_profile(devices[0], data, o);
     // The run's files are named after the settings that differ from the defaults: 01_lenet for
     // d2l's recipe, 01_lenet_epochs-5_batch-size-64_limit-train-10000 for the quick look.
     mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
@@ -55,9 +59,6 @@ int main(int argc, char** argv) {
                                      : "replayed for every full batch (--graph on; the cpu backend has no launch cost to save)");
     lenet::train(devices, data, o, log, graph);
     log.finish();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "01_lenet: error: %s\n", mgpu::error_text(e).c_str());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

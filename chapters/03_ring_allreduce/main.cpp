@@ -9,8 +9,7 @@
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
-#include "common/memory.h"  // error_text
-#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/program.h"  // start_program, load_data, run_or_report: what every program does
 #include "compare.h"  // train_each, print_step_times: the ways to sum, side by side
 #include "ring.h"  // RingAllreduce: reduce-scatter + all-gather around a ring
 
@@ -46,13 +45,11 @@ int main(int argc, char** argv) {
                                   "data-parallel LeNet with a ring allreduce over one flat gradient bucket",
                                   /*default_devices=*/2, /*max_devices=*/1024};
   const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
-  try {
+  return mgpu::run_or_report(chapter.name, [&] {
     const mgpu::DeviceSet devices(o.devices);
     std::printf("backend %s, %d logical devices\n%s%s", mgpu::kBackendName, o.devices, devices.mapping().c_str(),
                 mgpu::enable_peer_access(devices).c_str());
-    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
-    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
-                data.test.count);
+    const mgpu::FashionMnist data = mgpu::load_data(o);
 
     // The three ways to sum one step's gradients, each made for these devices.
     mgpu::CollectiveMenu menu;
@@ -70,9 +67,6 @@ int main(int argc, char** argv) {
     ring::train_each(devices, data, o, chapter, {&ways.front(), &ways.back()});
     ring::print_step_times(devices, data, o, ways);
     print_ring_timeline(devices);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "03_ring_allreduce: error: %s\n", mgpu::error_text(e).c_str());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -7,8 +7,7 @@
 
 #include "common/backend.h"  // kBackendName, kExitNotApplicable
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
-#include "common/memory.h"  // error_text
-#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/program.h"  // start_program, load_data, run_or_report: what every program does
 
 #if MGPU_HAVE_NCCL
 #include <cstdint>
@@ -55,10 +54,8 @@ int run(const mgpu::ChapterInfo& chapter, mgpu::Options o) {
   o.devices = k;
   std::printf("backend %s, NCCL %d.%d.%d, %d device(s)\n%s%s", mgpu::kBackendName, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
               k, devices.mapping().c_str(), mgpu::enable_peer_access(devices).c_str());
-  const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
   show_first_broadcast(devices, o.seed);
-  std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
-              data.test.count);
+  const mgpu::FashionMnist data = mgpu::load_data(o);
 
   // Every way hands the collective the whole flat gradient bucket in one call.
   const lenet::Layout flat = lenet::Layout::Flat;
@@ -84,12 +81,7 @@ int main(int argc, char** argv) {
                                   /*default_devices=*/2, /*max_devices=*/1024};
   const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter);
 #if MGPU_HAVE_NCCL
-  try {
-    return run(chapter, o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "04_nccl: error: %s\n", mgpu::error_text(e).c_str());
-    return 1;
-  }
+  return mgpu::run_or_report(chapter.name, [&] { return run(chapter, o); });
 #else
   (void)o;
   std::printf("04_nccl: not applicable in this build: NCCL is a CUDA library and this is the %s build.\n"

@@ -15,8 +15,7 @@
 #include "common/batches.h"  // largest_batch, check_batches_fit
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/fashion_mnist.h"  // load_fashion_mnist: the dataset, found and checked
-#include "common/memory.h"  // error_text
-#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/program.h"  // start_program, load_data, run_or_report: what every program does
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "pipeline.h"  // Pipeline: stages on devices, GPipe and 1F1B schedules, the hybrid
 #include "train.h"  // train: the epoch loop over the pipeline
@@ -146,86 +145,99 @@ void write_timeline(const std::vector<pp::Span>& spans, int step, const std::str
   if (mgpu::run_gnuplot(png, plot + "\n")) std::printf("wrote %s\n", png.c_str());
 }
 
+const mgpu::ChapterInfo kChapter{"07_model_parallel",
+                                 "LeNet split across devices: model parallelism, GPipe and 1F1B pipelines",
+                                 /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
+                                 /*eval_flag=*/false};
+
+pp::PipelineConfig pipeline_config(const ChapterOptions& c) {
+  pp::PipelineConfig config;
+  config.cuts = c.cuts;
+  config.micro_batches = c.micro_batches;
+  config.schedule = c.schedule;
+  config.replicas = c.replicas;
+  return config;
+}
+
+// The stages, the schedule, the micro-batches and what each stage keeps.
+void say_pipeline(const pp::Pipeline& pipeline, const ChapterOptions& c, const mgpu::Options& o) {
+  const int R = c.replicas, k = o.devices / R;
+  std::printf("backend %s, %d stage(s) x %d replica(s), schedule %s, %d micro-batch(es) of up to %d images\n%s",
+              mgpu::kBackendName, k, R, pp::name_of(c.schedule), c.micro_batches,
+              (o.batch_size / R + c.micro_batches - 1) / c.micro_batches, pipeline.mapping().c_str());
+  for (int s = 0; s < k; ++s)
+    std::printf("stage %d keeps %d micro-batch(es) of activations: %.2f MB\n", s, pipeline.slots(s),
+                pipeline.activation_bytes(s) / 1e6);
+}
+
+// The run's files are named after the settings that differ from the defaults: 07_model_parallel
+// for GPipe's 2 stages of 4 micro-batches, 07_model_parallel_devices-4_data-parallel-2 for
+// the hybrid. The defaults of --split and --micro-batches are those of the run's shape: the
+// stages' default cuts, and 1 micro-batch for the naive schedule.
+mgpu::RunSettings run_settings(const ChapterOptions& c, const mgpu::Options& o) {
+  auto joined = [](const std::vector<int>& cuts) {
+    std::string text;
+    for (const int cut : cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
+    return text;
+  };
+  const ChapterOptions d;
+  mgpu::RunSettings settings = mgpu::shared_settings(o, kChapter);
+  settings.insert(settings.end(),
+                  {{"split", joined(c.cuts), joined(pp::default_cuts(o.devices / c.replicas))},
+                   {"schedule", pp::name_of(c.schedule), pp::name_of(d.schedule)},
+                   {"micro-batches", std::to_string(c.micro_batches),
+                    c.schedule == pp::Schedule::Naive ? "1" : std::to_string(d.micro_batches)},
+                   {"data-parallel", std::to_string(c.replicas), std::to_string(d.replicas)},
+                   {"profile-steps", std::to_string(c.profile_steps), std::to_string(d.profile_steps)}});
+  return settings;
+}
+
+// The bubble: a few more steps of the last epoch's order, each device's spans timed.
+void measure_the_bubble(pp::Pipeline& pipeline, const ChapterOptions& c, const mgpu::Options& o, int train_count,
+                        const std::string& run) {
+  const int R = c.replicas, k = o.devices / R;
+  std::vector<pp::Span> spans;
+  const int n = mgpu::largest_batch(o.batch_size, train_count);
+  pipeline.step(0, n, o.lr);  // warm-up, untimed
+  for (int i = 0; i < c.profile_steps; ++i) pipeline.step(0, n, o.lr, &spans);
+  const int m = std::min(c.micro_batches, n / R);
+  const pp::Bubble b = pp::measure_bubble(spans, k, m);
+  const std::vector<double> predicted = pp::predicted_idle(b.stage_time, m);
+  std::printf("\nthe bubble over %d steps of %d images (replica 0; a step lasts %.2f ms):\n", c.profile_steps, n,
+              b.step_seconds * 1e3);
+  for (int s = 0; s < k; ++s)
+    std::printf("bubble: schedule=%s stages=%d micro_batches=%d replicas=%d stage=%d busy=%.3f idle=%.3f "
+                "formula=%.3f predicted=%.3f stage_ms=%.3f step_ms=%.3f activation_mb=%.3f\n",
+                pp::name_of(c.schedule), k, m, R, s, b.busy[s], b.idle[s], pp::bubble_formula(k, m), predicted[s],
+                b.stage_time[s] * 1e3, b.step_seconds * 1e3, pipeline.activation_bytes(s) / 1e6);
+  std::printf("(formula: (k-1)/(m+k-1), equal stages; predicted: the same with each stage's measured time)\n");
+  const std::filesystem::path out(o.out);
+  write_timeline(spans, c.profile_steps - 1, (out / (run + "_timeline.csv")).string(),
+                 (out / (run + "_timeline.png")).string(),
+                 run + ": one step, device by device (" + mgpu::kBackendName + ")", k);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
-  const mgpu::ChapterInfo chapter{"07_model_parallel",
-                                  "LeNet split across devices: model parallelism, GPipe and 1F1B pipelines",
-                                  /*default_devices=*/2, /*max_devices=*/64, /*default_lr=*/0.2f,
-                                  /*eval_flag=*/false};
   ChapterOptions c;
   const mgpu::Options o =
-      mgpu::parse_command_line(argc, argv, chapter, [&c](CLI::App& app) { add_flags(app, c); });
-  if (const std::string why = check(c, o); !why.empty()) mgpu::refuse_command_line(chapter.name, why);
-  try {
-    const int R = c.replicas, k = o.devices / R;
-    pp::PipelineConfig config;
-    config.cuts = c.cuts;
-    config.micro_batches = c.micro_batches;
-    config.schedule = c.schedule;
-    config.replicas = R;
-    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
-    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
-                data.test.count);
-    mgpu::check_batches_fit(data.train.count, o.batch_size, R);  // every replica gets part of every batch
-
-    pp::Pipeline pipeline(config, lenet::init_params(o.seed), mgpu::largest_batch(o.batch_size, data.train.count));
-    std::printf("backend %s, %d stage(s) x %d replica(s), schedule %s, %d micro-batch(es) of up to %d images\n%s",
-                mgpu::kBackendName, k, R, pp::name_of(c.schedule), c.micro_batches,
-                (o.batch_size / R + c.micro_batches - 1) / c.micro_batches, pipeline.mapping().c_str());
-    for (int s = 0; s < k; ++s)
-      std::printf("stage %d keeps %d micro-batch(es) of activations: %.2f MB\n", s, pipeline.slots(s),
-                  pipeline.activation_bytes(s) / 1e6);
+      mgpu::parse_command_line(argc, argv, kChapter, [&c](CLI::App& app) { add_flags(app, c); });
+  if (const std::string why = check(c, o); !why.empty()) mgpu::refuse_command_line(kChapter.name, why);
+  return mgpu::run_or_report(kChapter.name, [&] {
+    const mgpu::FashionMnist data = mgpu::load_data(o);
+    mgpu::check_batches_fit(data.train.count, o.batch_size, c.replicas);  // every replica gets part of every batch
+    pp::Pipeline pipeline(pipeline_config(c), lenet::init_params(o.seed),
+                          mgpu::largest_batch(o.batch_size, data.train.count));
+    say_pipeline(pipeline, c, o);
     pipeline.set_training_data(data.train);
-
-    // The run's files are named after the settings that differ from the defaults: 07_model_parallel
-    // for GPipe's 2 stages of 4 micro-batches, 07_model_parallel_devices-4_data-parallel-2 for
-    // the hybrid. The defaults of --split and --micro-batches are those of the run's shape: the
-    // stages' default cuts, and 1 micro-batch for the naive schedule.
-    auto joined = [](const std::vector<int>& cuts) {
-      std::string text;
-      for (const int cut : cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
-      return text;
-    };
-    mgpu::RunSettings settings = mgpu::shared_settings(o, chapter);
-    settings.insert(settings.end(),
-                    {{"split", joined(c.cuts), joined(pp::default_cuts(k))},
-                     {"schedule", pp::name_of(c.schedule), pp::name_of(ChapterOptions{}.schedule)},
-                     {"micro-batches", std::to_string(c.micro_batches),
-                      c.schedule == pp::Schedule::Naive ? "1" : std::to_string(ChapterOptions{}.micro_batches)},
-                     {"data-parallel", std::to_string(R), std::to_string(ChapterOptions{}.replicas)},
-                     {"profile-steps", std::to_string(c.profile_steps), std::to_string(ChapterOptions{}.profile_steps)}});
-    const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
-    mgpu::TrainingLog log(chapter.name, run, o, settings, o.devices, data.train.count);
+    const mgpu::RunSettings settings = run_settings(c, o);
+    const std::string run = mgpu::run_name(kChapter.name, o.run_name, settings);
+    mgpu::TrainingLog log(kChapter.name, run, o, settings, o.devices, data.train.count);
     pp::train(pipeline, data, o, log);
-
-    if (c.profile_steps > 0) {
-      // The bubble: a few more steps of the last epoch's order, each device's spans timed.
-      std::vector<pp::Span> spans;
-      const int n = mgpu::largest_batch(o.batch_size, data.train.count);
-      pipeline.step(0, n, o.lr);  // warm-up, untimed
-      for (int i = 0; i < c.profile_steps; ++i) pipeline.step(0, n, o.lr, &spans);
-      const int m = std::min(c.micro_batches, n / R);
-      const pp::Bubble b = pp::measure_bubble(spans, k, m);
-      const std::vector<double> predicted = pp::predicted_idle(b.stage_time, m);
-      std::printf("\nthe bubble over %d steps of %d images (replica 0; a step lasts %.2f ms):\n", c.profile_steps, n,
-                  b.step_seconds * 1e3);
-      for (int s = 0; s < k; ++s)
-        std::printf("bubble: schedule=%s stages=%d micro_batches=%d replicas=%d stage=%d busy=%.3f idle=%.3f "
-                    "formula=%.3f predicted=%.3f stage_ms=%.3f step_ms=%.3f activation_mb=%.3f\n",
-                    pp::name_of(c.schedule), k, m, R, s, b.busy[s], b.idle[s], pp::bubble_formula(k, m), predicted[s],
-                    b.stage_time[s] * 1e3, b.step_seconds * 1e3, pipeline.activation_bytes(s) / 1e6);
-      std::printf("(formula: (k-1)/(m+k-1), equal stages; predicted: the same with each stage's measured time)\n");
-      const std::filesystem::path out(o.out);
-      write_timeline(spans, c.profile_steps - 1, (out / (run + "_timeline.csv")).string(),
-                     (out / (run + "_timeline.png")).string(),
-                     run + ": one step, device by device (" + mgpu::kBackendName + ")", k);
-    }
+    if (c.profile_steps > 0) measure_the_bubble(pipeline, c, o, data.train.count, run);
     log.finish();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "07_model_parallel: error: %s\n", mgpu::error_text(e).c_str());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

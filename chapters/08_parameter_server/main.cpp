@@ -14,8 +14,7 @@
 
 #include "common/cli.h"  // parse_command_line: the flags every chapter shares
 #include "common/device.h"  // DeviceSet, Buffer, Event: what a device is in either build
-#include "common/memory.h"  // error_text
-#include "common/program.h"  // start_program: line-buffered output, OpenMP's waits
+#include "common/program.h"  // start_program, load_data, run_or_report: what every program does
 #include "common/report.h"  // TrainingLog, plot_runs: the epoch lines, the CSV, the plot
 #include "parameter_server.h"  // ParameterServer: shards, pull and push, bsp/asp/ssp
 #include "train.h"  // train: workers on threads, the epoch loop
@@ -201,15 +200,13 @@ int main(int argc, char** argv) {
   Flags f;
   const mgpu::Options o = mgpu::parse_command_line(argc, argv, chapter, [&f](CLI::App& app) { add_flags(app, f); });
   if (const std::string why = check_flags(f, o); !why.empty()) mgpu::refuse_command_line(chapter.name, why);
-  try {
+  return mgpu::run_or_report(chapter.name, [&] {
     const ps::Placement placement{f.servers, o.devices};
     const mgpu::DeviceSet devices(placement.devices());
     std::printf("backend %s, %d server shard(s) on devices 0..%d, %d workers on devices %d..%d\n%s%s",
                 mgpu::kBackendName, f.servers, f.servers - 1, o.devices, f.servers, placement.devices() - 1,
                 devices.mapping().c_str(), mgpu::enable_peer_access(devices).c_str());
-    const mgpu::FashionMnist data = mgpu::load_fashion_mnist(o.data_dir, o.limit_train);
-    std::printf("Fashion-MNIST from %s: %d training, %d test images\n", data.dir.c_str(), data.train.count,
-                data.test.count);
+    const mgpu::FashionMnist data = mgpu::load_data(o);
     const mgpu::RunSettings settings = run_settings(f, o, chapter);
     const std::string run = mgpu::run_name(chapter.name, o.run_name, settings);
     std::printf("== mode %s%s, %d workers, %d server shard(s)%s\n", ps::mode_name(f.settings.mode).c_str(),
@@ -223,9 +220,6 @@ int main(int argc, char** argv) {
     print_bandwidth(f, o, r);
     print_summary(f, o, r);
     log.finish();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "08_parameter_server: error: %s\n", mgpu::error_text(e).c_str());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

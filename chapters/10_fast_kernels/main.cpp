@@ -24,7 +24,7 @@
 #include "common/cli.h"      // prepare_app, parse, integer, text, refuse_command_line
 #include "common/device.h"   // DeviceSet, Buffer, copy_peer
 #include "common/memory.h"   // memory_refusal: refuse a batch that cannot fit, before allocating
-#include "common/program.h"  // start_program: line-buffered output
+#include "common/program.h"  // start_program, run_or_report: line-buffered output, errors as one line
 #include "common/random.h"   // Rng: the same inputs on every run
 #include "common/report.h"   // prepare_output_folder, write_whole_file, build_commit
 #include "common/vector_ops.h"  // fill: the raw kernels' outputs poisoned before their check
@@ -404,12 +404,46 @@ std::size_t bytes_needed(const Settings& s) {
   return most;
 }
 
+// Every kernel the command line asks for, at each of its shapes.
+void bench_every_kernel(Bench& b) {
+  const Settings& settings = b.settings;
+  for (const ConvCase& cc : resnet18_convolutions())
+    if (wanted(settings, "im2col")) bench_im2col(b, cc);
+  for (const ConvCase& cc : resnet18_convolutions())
+    if (wanted(settings, "col2im") && cc.channels > 1) bench_col2im(b, cc);  // the stem has no dx (its input is the image)
+  for (const BatchNormCase& bc : kBatchNorms)
+    if (wanted(settings, "sums")) bench_sums(b, bc);
+  for (const BatchNormCase& bc : kBatchNorms)
+    if (wanted(settings, "backward")) bench_backward_sums(b, bc);
+  for (const BatchNormCase& bc : kBatchNorms)
+    if (wanted(settings, "apply")) bench_apply(b, bc);
+}
+
+// The result line, and the exit status: 1 when an element anywhere was wrong.
+int print_result(const Bench& b) {
+  double reference_ms = 0, raw_ms = 0;
+  i64 wrong = 0;
+  for (const Row& r : b.rows) {
+    (r.variant == "raw" ? raw_ms : reference_ms) += r.ms;
+    wrong += r.wrong;
+  }
+  char raw_part[96] = "raw_ms=none";  // the cpu build times no raw kernels
+  if (mgpu::kCudaBackend) std::snprintf(raw_part, sizeof raw_part, "raw_ms=%.3f speedup=%.2f", raw_ms, reference_ms / raw_ms);
+  std::printf("result: chapter=%s backend=%s batch=%d copy_gb_s=%.1f rows=%zu reference_ms=%.3f %s wrong=%lld\n",
+              kProgram, mgpu::kBackendName, b.settings.batch, b.copy_gbs, b.rows.size(), reference_ms, raw_part,
+              static_cast<long long>(wrong));
+  if (!wrong) return 0;
+  std::fprintf(stderr, "%s: %lld wrong elements in all (see the wrong column)\n", kProgram,
+               static_cast<long long>(wrong));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const Settings settings = parse_command_line(argc, argv);
-  try {
+  return mgpu::run_or_report(kProgram, [&] {
     namespace fs = std::filesystem;
     mgpu::prepare_output_folder(settings.out);
     const DeviceSet devices(1);
@@ -426,41 +460,11 @@ int main(int argc, char** argv) {
     std::printf("\nbatch %d; bytes moved: each input read once, each output written once; %% of copy: GB/s against "
                 "the copy rate above\n%-8s %-24s %-9s %10s %10s %9s %8s  %-16s %s\n",
                 settings.batch, "kernel", "shape", "variant", "ms", "MB moved", "GB/s", "% copy", "check", "wrong");
-    for (const ConvCase& cc : resnet18_convolutions())
-      if (wanted(settings, "im2col")) bench_im2col(b, cc);
-    for (const ConvCase& cc : resnet18_convolutions())
-      if (wanted(settings, "col2im") && cc.channels > 1) bench_col2im(b, cc);  // the stem has no dx (its input is the image)
-    for (const BatchNormCase& bc : kBatchNorms)
-      if (wanted(settings, "sums")) bench_sums(b, bc);
-    for (const BatchNormCase& bc : kBatchNorms)
-      if (wanted(settings, "backward")) bench_backward_sums(b, bc);
-    for (const BatchNormCase& bc : kBatchNorms)
-      if (wanted(settings, "apply")) bench_apply(b, bc);
-
+    bench_every_kernel(b);
     const std::string csv = (fs::path(settings.out) / (std::string(kProgram) + ".csv")).string();
     const std::string md = (fs::path(settings.out) / (std::string(kProgram) + ".md")).string();
     write_tables(b, csv, md);
     std::printf("\nwrote %s\nwrote %s\n", csv.c_str(), md.c_str());
-
-    double reference_ms = 0, raw_ms = 0;
-    i64 wrong = 0;
-    for (const Row& r : b.rows) {
-      (r.variant == "raw" ? raw_ms : reference_ms) += r.ms;
-      wrong += r.wrong;
-    }
-    char raw_part[96] = "raw_ms=none";  // the cpu build times no raw kernels
-    if (mgpu::kCudaBackend) std::snprintf(raw_part, sizeof raw_part, "raw_ms=%.3f speedup=%.2f", raw_ms, reference_ms / raw_ms);
-    std::printf("result: chapter=%s backend=%s batch=%d copy_gb_s=%.1f rows=%zu reference_ms=%.3f %s wrong=%lld\n",
-                kProgram, mgpu::kBackendName, settings.batch, b.copy_gbs, b.rows.size(), reference_ms, raw_part,
-                static_cast<long long>(wrong));
-    if (wrong) {
-      std::fprintf(stderr, "%s: %lld wrong elements in all (see the wrong column)\n", kProgram,
-                   static_cast<long long>(wrong));
-      return 1;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kProgram, mgpu::error_text(e).c_str());
-    return 1;
-  }
-  return 0;
+    return print_result(b);
+  });
 }

@@ -11,6 +11,7 @@
 // NAME_1.csv, NAME_2.csv, ...), with the gnuplot script NAME.gp: the folder then holds all a
 // reader needs to restyle and redraw it, and no path typed here reaches gnuplot.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,8 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"      // prepare_app, parse, refuse_command_line: the chapters' conventions
-#include "common/memory.h"   // error_text
-#include "common/program.h"  // start_program
+#include "common/program.h"  // start_program, run_or_report
 #include "common/report.h"   // plot_runs, write_whole_file
 
 namespace fs = std::filesystem;
@@ -49,16 +49,24 @@ std::string check_run_csv(const std::string& text) {
   return "";
 }
 
-}  // namespace
+const std::string kProgram = "plot_runs";
 
-int main(int argc, char** argv) {
-  mgpu::start_program(argv);  // line-buffered output, and a failed write of it fails the program
-  const std::string program = "plot_runs";
+// What to draw: the picture, its title, and each run's label, its CSV's text and where its copy
+// beside the picture goes.
+struct Request {
+  fs::path png;
+  std::string title;
+  std::vector<std::pair<std::string, std::string>> runs;  // label, the copy beside the picture
+  std::vector<std::string> texts;                          // each run's CSV, read and checked
+};
+
+// The command line, every CSV read and checked: a bad one is refused (exit 2) before anything is written.
+Request parse_request(int argc, char** argv) {
   std::string out, title;
   std::vector<std::string> runs_given;
   CLI::App app{"Draws several runs' CSVs in one picture: training loss, training accuracy and test accuracy "
                "per epoch, and the seconds per epoch",
-               program};
+               kProgram};
   mgpu::prepare_app(app);
   app.add_option("--out", out, "the picture to write, FOLDER/NAME.png (the folder is made if need be)")
       ->required()
@@ -69,46 +77,51 @@ int main(int argc, char** argv) {
   const mgpu::Parsed parsed = mgpu::parse(app, std::vector<std::string>(argv + 1, argv + argc));
   if (parsed.help) {
     std::printf("%s", app.help().c_str());
-    return 0;
+    std::exit(0);
   }
-  if (!parsed.error.empty()) mgpu::refuse_command_line(program, parsed.error);
+  if (!parsed.error.empty()) mgpu::refuse_command_line(kProgram, parsed.error);
 
-  const fs::path png(out);
-  if (png.extension() != ".png") mgpu::refuse_command_line(program, "--out " + out + ": the picture's name must end in .png");
+  Request r;
+  r.png = fs::path(out);
+  if (r.png.extension() != ".png") mgpu::refuse_command_line(kProgram, "--out " + out + ": the picture's name must end in .png");
   // Its files are the name with _N.csv and .gp, written through a temporary ".<pid>.tmp": the
   // same bound as a run's name (common/cli.h), so that none fails for its length half way.
-  if (png.stem().string().size() > mgpu::kMaxRunName)
-    mgpu::refuse_command_line(program, "--out " + out + ": a picture's name of " + std::to_string(png.stem().string().size()) +
-                                           " characters; at most " + std::to_string(mgpu::kMaxRunName));
-  const fs::path folder = png.has_parent_path() ? png.parent_path() : fs::path(".");
-  // Each run: its CSV read and checked, its label.
-  std::vector<std::pair<std::string, std::string>> runs;  // label, the copy beside the picture
-  std::vector<std::string> texts;
+  if (r.png.stem().string().size() > mgpu::kMaxRunName)
+    mgpu::refuse_command_line(kProgram, "--out " + out + ": a picture's name of " + std::to_string(r.png.stem().string().size()) +
+                                            " characters; at most " + std::to_string(mgpu::kMaxRunName));
+  const fs::path folder = r.png.has_parent_path() ? r.png.parent_path() : fs::path(".");
   for (const std::string& given : runs_given) {
     const std::size_t eq = given.rfind('=');
     const fs::path csv = eq == std::string::npos ? fs::path(given) : fs::path(given.substr(0, eq));
     const std::string label = eq == std::string::npos ? csv.stem().string() : given.substr(eq + 1);
     if (label.empty() || label.find('\'') != std::string::npos || label.find('\n') != std::string::npos)
-      mgpu::refuse_command_line(program, given + ": a label may not be empty, nor hold a quote or a new line");
-    if (!fs::is_regular_file(csv)) mgpu::refuse_command_line(program, csv.string() + ": not a file");
+      mgpu::refuse_command_line(kProgram, given + ": a label may not be empty, nor hold a quote or a new line");
+    if (!fs::is_regular_file(csv)) mgpu::refuse_command_line(kProgram, csv.string() + ": not a file");
     const std::string text = read_text(csv);
     if (const std::string why = check_run_csv(text); !why.empty())
-      mgpu::refuse_command_line(program, csv.string() + ": " + why);
-    texts.push_back(text);
-    runs.emplace_back(label, (folder / (png.stem().string() + "_" + std::to_string(runs.size() + 1) + ".csv")).string());
+      mgpu::refuse_command_line(kProgram, csv.string() + ": " + why);
+    r.texts.push_back(text);
+    r.runs.emplace_back(label, (folder / (r.png.stem().string() + "_" + std::to_string(r.runs.size() + 1) + ".csv")).string());
   }
-  if (title.empty())
-    for (const auto& run : runs) title += (title.empty() ? "" : " vs ") + run.first;
-  if (title.find('\'') != std::string::npos) mgpu::refuse_command_line(program, "--title may not hold a quote");
-  try {
+  r.title = title;
+  if (r.title.empty())
+    for (const auto& run : r.runs) r.title += (r.title.empty() ? "" : " vs ") + run.first;
+  if (r.title.find('\'') != std::string::npos) mgpu::refuse_command_line(kProgram, "--title may not hold a quote");
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mgpu::start_program(argv);  // line-buffered output, and a failed write of it fails the program
+  const Request r = parse_request(argc, argv);
+  return mgpu::run_or_report(kProgram, [&] {
+    const fs::path folder = r.png.has_parent_path() ? r.png.parent_path() : fs::path(".");
     mgpu::prepare_output_folder(folder.string());  // made, or refused with the reason
-    for (std::size_t i = 0; i < runs.size(); ++i) mgpu::write_whole_file(runs[i].second, texts[i]);
-    if (!mgpu::plot_runs(png.string(), title, runs)) return 1;  // gnuplot missing or failing: it said why
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), mgpu::error_text(e).c_str());
-    return 1;
-  }
-  std::printf("wrote %s (and beside it the runs' CSVs and the gnuplot script %s)\n", png.string().c_str(),
-              fs::path(png).replace_extension(".gp").filename().string().c_str());
-  return 0;
+    for (std::size_t i = 0; i < r.runs.size(); ++i) mgpu::write_whole_file(r.runs[i].second, r.texts[i]);
+    if (!mgpu::plot_runs(r.png.string(), r.title, r.runs)) return 1;  // gnuplot missing or failing: it said why
+    std::printf("wrote %s (and beside it the runs' CSVs and the gnuplot script %s)\n", r.png.string().c_str(),
+                fs::path(r.png).replace_extension(".gp").filename().string().c_str());
+    return 0;
+  });
 }
