@@ -30,6 +30,18 @@ std::size_t largest_sum(const Network& net) {
   return std::max<std::size_t>(net.param_floats, std::size_t(2) * net.max_channels);
 }
 
+// The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
+std::unique_ptr<mgpu::Collective> make_collective(const mgpu::DeviceSet& devices, const ResnetOptions& ro,
+                                                  const Network& net) {
+  mgpu::CollectiveMenu menu;
+  dp::add_collectives(menu, devices);
+  ring::add_collectives(menu, devices);
+#if MGPU_HAVE_NCCL
+  nccl::add_collectives(menu, devices);
+#endif
+  return menu.make(name_of(ro.collective), largest_sum(net));
+}
+
 // Refuses, with the figures, a run the devices' memory cannot hold, before anything is allocated
 // (at --width 512 the allocations alone took most of a minute before they failed, at 1024 the
 // host's copy of the parameters, 11 GB, ended in a bare std::bad_alloc). Per device: a replica
@@ -234,14 +246,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   const int capacity = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
   check_memory(devices, net, capacity, data);
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
-  // The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
-  mgpu::CollectiveMenu menu;
-  dp::add_collectives(menu, devices);
-  ring::add_collectives(menu, devices);
-#if MGPU_HAVE_NCCL
-  nccl::add_collectives(menu, devices);
-#endif
-  const std::unique_ptr<mgpu::Collective> collective = menu.make(name_of(ro.collective), largest_sum(net));
+  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro, net);
   Devices s{net, replicas, ro.bn, *collective};
 
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // once per run
@@ -291,14 +296,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   check_memory(devices, net, mgpu::shard_sizes(n, k)[0], data);
   std::vector<Replica> replicas =
       make_replicas(devices, net, mgpu::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
-  // The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
-  mgpu::CollectiveMenu menu;
-  dp::add_collectives(menu, devices);
-  ring::add_collectives(menu, devices);
-#if MGPU_HAVE_NCCL
-  nccl::add_collectives(menu, devices);
-#endif
-  const std::unique_ptr<mgpu::Collective> collective = menu.make(name_of(ro.collective), largest_sum(net));
+  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro, net);
   Devices s{net, replicas, ro.bn, *collective};
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
   train_batch(s, train_data, 0, n, o.lr);  // the first step pays one-time costs: not timed
@@ -328,14 +326,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   check_memory(devices, net, sizes[0], data);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);
   std::vector<Replica> replicas = make_replicas(devices, net, sizes[0], params, state);
-  // The collective, made once for the run from chapters 02-04's, by the name --allreduce gives.
-  mgpu::CollectiveMenu menu;
-  dp::add_collectives(menu, devices);
-  ring::add_collectives(menu, devices);
-#if MGPU_HAVE_NCCL
-  nccl::add_collectives(menu, devices);
-#endif
-  const std::unique_ptr<mgpu::Collective> collective = menu.make(name_of(ro.collective), largest_sum(net));
+  const std::unique_ptr<mgpu::Collective> collective = make_collective(devices, ro, net);
   Devices s{net, replicas, ro.bn, *collective};
   std::vector<mgpu::DeviceData> train_data = mgpu::put_on_every_device(devices, data.train);  // order: 0, 1, 2, ...
 
