@@ -81,6 +81,10 @@ void print_step_times(const dp::StepTimes& t, int k) {
   std::printf("per step (mean of %d, devices synchronized between phases): split %.2f ms, compute %.2f ms, "
               "allreduce %.3f ms, sgd %.3f ms\n",
               t.steps, t.split * ms, t.compute * ms, t.allreduce * ms, t.update * ms);
+  if (static_cast<int>(t.compute_began.size()) != k) {  // a train_batch that tells its probe nothing of the devices
+    std::printf("  (train_batch did not tell its probe when each device computed: no spans to show)\n");
+    return;
+  }
   double busy = 0;
   for (int i = 0; i < k; ++i) {
     std::printf("  device %d computes from %.2f to %.2f ms of the compute phase\n", i, t.compute_began[i] * ms,
