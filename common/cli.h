@@ -18,11 +18,10 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
-namespace CLI {
+namespace CLI {  // CLI11's two types these declarations name; <CLI/CLI.hpp> defines them
 class App;
-}
+class Validator;
+}  // namespace CLI
 
 namespace mgpu {
 
