@@ -1,11 +1,9 @@
 #include "train.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <functional>
 #include <optional>
 
 #include "checkpoint.h"
