@@ -115,24 +115,19 @@ std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings&
   return results;
 }
 
-namespace {
-
-// The plot's lines: one per (algorithm, device count), in the order they were first measured.
-std::vector<std::pair<std::string, int>> lines_of(const std::vector<Measurement>& results) {
-  std::vector<std::pair<std::string, int>> lines;
+std::vector<std::pair<std::string, int>> runs_of(const std::vector<Measurement>& results) {
+  std::vector<std::pair<std::string, int>> runs;
   for (const Measurement& m : results)
-    if (std::find(lines.begin(), lines.end(), std::make_pair(m.algorithm, m.devices)) == lines.end())
-      lines.emplace_back(m.algorithm, m.devices);
-  return lines;
+    if (std::find(runs.begin(), runs.end(), std::make_pair(m.algorithm, m.devices)) == runs.end())
+      runs.emplace_back(m.algorithm, m.devices);
+  return runs;
 }
-
-}  // namespace
 
 void write_csv(const std::string& path, const std::vector<Measurement>& results) {
   std::ostringstream csv;
   csv << "algorithm,devices,bytes,count,time_us,algbw_GBps,busbw_GBps,wrong\n";
   // Line by line (each line's rows together, sizes ascending), so the plot's lines are unbroken.
-  for (const auto& [algorithm, devices] : lines_of(results))
+  for (const auto& [algorithm, devices] : runs_of(results))
     for (const Measurement& m : results)
       if (m.algorithm == algorithm && m.devices == devices)
         csv << m.algorithm << ',' << m.devices << ',' << m.bytes << ',' << m.count << ',' << m.time_us << ','
@@ -142,7 +137,7 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results)
 
 bool plot(const std::string& png_path, const std::string& csv_path, const std::string& title,
           const std::vector<Measurement>& results) {
-  const std::vector<std::pair<std::string, int>> lines = lines_of(results);
+  const std::vector<std::pair<std::string, int>> lines = runs_of(results);  // one line each
 
   std::ostringstream gp;
   gp << "set multiplot layout 1,2 title '" << title << "'\n"

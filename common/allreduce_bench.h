@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective.h"
@@ -43,7 +44,7 @@ struct Contenders {
   double bucket_bytes = 0;
 };
 
-// The command line, as nccl-tests' (-g -b -e -f -i -w -n; benchmark_program.cpp says how -g maps).
+// The command line, as nccl-tests' (-g -b -e -f -i -w -n; allreduce_bench_program.cpp says how -g maps).
 struct Settings {
   std::vector<int> device_counts = {2, 4, 8};                      // -g: one run per count
   std::size_t min_bytes = 4, max_bytes = std::size_t(256) << 20;  // -b, -e
@@ -100,6 +101,10 @@ float input(int device, std::size_t j);
 // Measures every collective at every size on `devices`, printing the table as it goes.
 std::vector<Measurement> run_benchmark(const DeviceSet& devices, const Settings& settings,
                                        const Contenders& contenders);
+
+// Each (algorithm, device count) measured, in the order first measured: the plot's lines, the
+// CSV's groups of rows, the nccl-tests footer's runs.
+std::vector<std::pair<std::string, int>> runs_of(const std::vector<Measurement>& results);
 
 // The results as CSV (one row per algorithm, device count and size) and a plot of busbw and
 // time against size, one line per algorithm and device count.

@@ -307,10 +307,7 @@ namespace {
 // largest device count, as nccl-tests averages the one collective and device count it ran.
 // Before them, the same mean for every collective and device count, one comment line each.
 void print_nccl_tests_footer(const std::vector<Measurement>& results, std::size_t wrong) {
-  std::vector<std::pair<std::string, int>> runs;  // (algorithm, devices), in the order measured
-  for (const Measurement& m : results)
-    if (std::find(runs.begin(), runs.end(), std::make_pair(m.algorithm, m.devices)) == runs.end())
-      runs.emplace_back(m.algorithm, m.devices);
+  const std::vector<std::pair<std::string, int>> runs = runs_of(results);  // (algorithm, devices)
   auto mean_busbw = [&](const std::pair<std::string, int>& run) {
     double sum = 0;
     int n = 0;
@@ -335,7 +332,7 @@ int main_program(int argc, char** argv, const std::string& program, const Conten
                  const Settings& defaults) {
   mgpu::start_program(argv);  // first: line-buffered output; it may start the program again (see its header)
   const Settings settings = parse_command_line(argc, argv, program, defaults);
-  try {
+  return mgpu::run_or_report(program, [&] {
     // Too large for this machine: a bad command line here.
     if (const std::string why = memory_refusal(settings); !why.empty()) mgpu::refuse_command_line(program, why);
     namespace fs = std::filesystem;
@@ -380,11 +377,8 @@ int main_program(int argc, char** argv, const std::string& program, const Conten
     }
     std::printf("every element of every allreduce checked: all correct\n");
     print_nccl_tests_footer(results, wrong);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), mgpu::error_text(e).c_str());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }
 
 }  // namespace bench

@@ -24,12 +24,15 @@ std::vector<int> shard_sizes(int n, int k);
 // batches, the short last one of each epoch included, would leave a device without an example.
 void check_batches_fit(int train_examples, int batch_size, int k);
 
+// Batches of batch_size in an epoch of `examples`, the last one short when they do not divide.
+inline int batches_per_epoch(int examples, int batch_size) { return (examples + batch_size - 1) / batch_size; }
+
 class ShuffledBatches {
  public:
   ShuffledBatches(int examples, int batch_size, std::uint64_t seed);
 
   void start_epoch(int epoch);  // draws this epoch's permutation
-  int count() const { return (examples_ + batch_size_ - 1) / batch_size_; }
+  int count() const { return batches_per_epoch(examples_, batch_size_); }
   int size(int batch) const;                   // batch_size, or less for the last one
   const int* indices(int batch) const;         // size(batch) example indices
   const std::vector<int>& order() const { return order_; }  // the whole epoch

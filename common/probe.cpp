@@ -57,10 +57,15 @@ void PhaseTimer::phase_done(const std::string& phase) {
   phase_start_ = now;
 }
 
-double PhaseTimer::seconds(const std::string& phase) const {
+const PhaseTimer::Phase* PhaseTimer::phase(const std::string& name) const {
   for (const Phase& p : phases_)
-    if (p.name == phase) return p.seconds;
-  return 0;
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+double PhaseTimer::seconds(const std::string& name) const {
+  const Phase* p = phase(name);
+  return p ? p->seconds : 0;
 }
 
 void StreamStamps::phase_done(const std::string& phase) { phases_.emplace_back(phase, Timestamp{}).second.record(d_); }

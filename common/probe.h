@@ -53,7 +53,8 @@ class PhaseTimer : public StepProbe {
   void device_began(int device) override;
   void device_ended(int device) override;
   const std::vector<Phase>& phases() const { return phases_; }  // in the order the step named them
-  double seconds(const std::string& phase) const;  // 0 for a phase never seen
+  const Phase* phase(const std::string& name) const;  // nullptr for a phase never seen
+  double seconds(const std::string& name) const;      // 0 for a phase never seen
 
  private:
   double synchronized_now() const;

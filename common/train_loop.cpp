@@ -1,8 +1,7 @@
 #include "train_loop.h"
 
-#include <chrono>
-
 #include "check.h"
+#include "timer.h"  // steady_seconds
 
 namespace mgpu {
 
@@ -19,10 +18,6 @@ void check_parts(const EpochLoop& loop) {
     throw Error("train_epochs: give the loop either step or run_epoch, not both or neither");
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 std::vector<EpochRecord> train_epochs(const Options& o, int train_examples, int batch_size, const EpochLoop& loop,
@@ -35,7 +30,7 @@ std::vector<EpochRecord> train_epochs(const Options& o, int train_examples, int 
       if (log && batches_done > 0) log->progress(epoch + 1, batches_done - 1, batches.count());
     };
     loop.synchronize();
-    const auto start = std::chrono::steady_clock::now();
+    const double start = steady_seconds();
     batches.start_epoch(epoch);
     loop.start_epoch(epoch, batches.order());
     if (loop.step) {
@@ -47,7 +42,7 @@ std::vector<EpochRecord> train_epochs(const Options& o, int train_examples, int 
       loop.run_epoch(epoch, batches, show_progress);
     }
     loop.synchronize();
-    double seconds = seconds_since(start);
+    double seconds = steady_seconds() - start;
     if (loop.epoch_seconds) seconds = loop.epoch_seconds(seconds);
 
     const LossAndHits train = loop.train_metrics();

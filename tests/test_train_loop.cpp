@@ -189,6 +189,8 @@ TEST_CASE("PhaseTimer: each phase's time and each device's share, in the order t
   CHECK(compute.seconds > 0);
   CHECK(timer.seconds("compute") == compute.seconds);
   CHECK(timer.seconds("no such phase") == 0);
+  CHECK(timer.phase("compute") == &compute);
+  CHECK(timer.phase("no such phase") == nullptr);
   REQUIRE(compute.device_began.size() == 2);
   for (int i = 0; i < 2; ++i) {
     CHECK(compute.device_began[i] >= 0);

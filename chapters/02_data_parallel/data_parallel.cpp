@@ -136,6 +136,16 @@ std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostPa
   return replicas;
 }
 
+mgpu::LossAndHits sum_metrics(const std::vector<Replica>& replicas) {
+  mgpu::LossAndHits sum;
+  for (const Replica& r : replicas) {
+    const auto [loss_sum, hits] = r.metrics.read();
+    sum.loss_sum += loss_sum;
+    sum.hits += hits;
+  }
+  return sum;
+}
+
 void compute_gradients(Replica& r, int n) {
   r.grads.zero();
   lenet::accumulate_gradients(*r.device, r.params, r.grads, r.lanes, r.shard.x.data(), r.shard.y.data(), n,

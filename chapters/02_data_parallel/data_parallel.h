@@ -20,6 +20,7 @@
 #include "common/fashion_mnist.h"
 #include "common/probe.h"        // StepProbe: what a timed step is told
 #include "common/report.h"
+#include "common/train_loop.h"   // LossAndHits
 
 namespace dp {
 
@@ -109,6 +110,10 @@ void train_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vec
 // The SGD step every device takes after the allreduce: p -= lr * g / n on each replica, with
 // the collective's result_scale() divided out (an allreduce that averages left sum / k).
 void sgd_step(std::vector<Replica>& replicas, float lr, int n, const mgpu::Collective& allreduce);
+
+// The loss sum and correct answers of every replica since their metrics were reset, added up
+// (each read from its device: it waits for it).
+mgpu::LossAndHits sum_metrics(const std::vector<Replica>& replicas);
 
 // The replicas train() starts from: init on every device, room for the largest shard of a batch.
 std::vector<Replica> make_replicas(const DeviceSet& devices, const lenet::HostParams& init, int batch_size,

@@ -47,15 +47,7 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
   };
   loop.step = [&](const mgpu::BatchOf& b) { train_batch(train_data, b.first, b.size, replicas, allreduce, b.lr); };
   loop.synchronize = [&] { devices.synchronize(); };
-  loop.train_metrics = [&] {
-    mgpu::LossAndHits sum;
-    for (const Replica& r : replicas) {
-      const auto [l, h] = r.metrics.read();
-      sum.loss_sum += l;
-      sum.hits += h;
-    }
-    return sum;
-  };
+  loop.train_metrics = [&] { return sum_metrics(replicas); };
   loop.test_accuracy = [&] {
     double test_hits = 0;
     for (std::size_t i = 0; i < test_sets.size(); ++i)
@@ -91,8 +83,8 @@ StepTimes profile_steps(const DeviceSet& devices, const mgpu::FashionMnist& data
   times.compute = timer.seconds("compute");
   times.allreduce = timer.seconds("allreduce");
   times.update = timer.seconds("update");
-  for (const mgpu::PhaseTimer::Phase& p : timer.phases())
-    if (p.name == "compute") times.compute_began = p.device_began, times.compute_ended = p.device_ended;
+  if (const mgpu::PhaseTimer::Phase* compute = timer.phase("compute"))
+    times.compute_began = compute->device_began, times.compute_ended = compute->device_ended;
   return times;
 }
 

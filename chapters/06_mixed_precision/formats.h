@@ -30,6 +30,9 @@ namespace mixed {
 
 // What a GEMM reads its inputs as (--precision). The accumulation is fp32 in every case.
 enum class Precision { FP32, TF32, BF16, FP16 };
+// Whether values are stored in 16 bits (bf16, fp16): what the 16-bit gradient exchange and the
+// flushed-gradient report apply to. TF32 is a compute mode on fp32 storage.
+inline bool sixteen_bits(Precision p) { return p == Precision::BF16 || p == Precision::FP16; }
 
 MGPU_HD inline std::uint32_t bits_of(float f) {
   std::uint32_t u;

@@ -39,7 +39,7 @@ void say_recipe(const mgpu::Options& o, const mixed::MixedOptions& mo) {
 // what the precision chooses by itself (resolve_defaults): --precision fp16 alone scales.
 mgpu::RunSettings run_settings(const mgpu::Options& o, const mixed::MixedOptions& mo) {
   const mixed::MixedOptions d;
-  const bool sixteen = mo.precision == mixed::Precision::BF16 || mo.precision == mixed::Precision::FP16;
+  const bool sixteen = mixed::sixteen_bits(mo.precision);
   auto real = [](float x) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", x);

@@ -80,7 +80,7 @@ void add_mixed_flags(CLI::App& app, MixedFlags& f) {
 
 std::string resolve_defaults(MixedFlags& f) {
   MixedOptions& mo = f.options;
-  const bool sixteen = mo.precision == Precision::BF16 || mo.precision == Precision::FP16;
+  const bool sixteen = sixteen_bits(mo.precision);
   mo.loss_scaling = f.loss_scaling.value_or(mo.precision == Precision::FP16);
   mo.grad_bits = f.grad_bits.value_or(sixteen ? 16 : 32);
   if (mo.grad_bits == 16 && !sixteen)
@@ -253,18 +253,14 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
   const int step_examples = o.batch_size * mo.accumulate;  // one optimizer step
   std::vector<ScalerEpoch> record;
   long skipped_before = 0, steps_before = 0;
-  int steps_per_epoch = 0;
+  const int steps_per_epoch = mgpu::batches_per_epoch(data.train.count, step_examples);
 
   mgpu::EpochLoop loop;  // d2l's train_ch13 (common/train_loop.h): this chapter's parts of it
   loop.start_epoch = [&](int, const std::vector<int>& order) {
     trainer.reset_metrics();
     for (mgpu::DeviceData& dd : train_data) dd.order.upload(order);
-    steps_per_epoch = 0;
   };
-  loop.step = [&](const mgpu::BatchOf& b) {
-    trainer.step(train_data, b.first, b.size, b.lr);
-    ++steps_per_epoch;
-  };
+  loop.step = [&](const mgpu::BatchOf& b) { trainer.step(train_data, b.first, b.size, b.lr); };
   loop.synchronize = [&] { devices.synchronize(); };
   loop.train_metrics = [&] {
     const auto [loss_sum, hits] = trainer.read_metrics();
@@ -280,7 +276,7 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
       s.steps = scaler->steps() - steps_before;
       skipped_before = scaler->skipped(), steps_before = scaler->steps();
     }
-    const bool sixteen = mo.precision == Precision::BF16 || mo.precision == Precision::FP16;
+    const bool sixteen = sixteen_bits(mo.precision);
     if (sixteen) s.flushed = trainer.flushed_to_zero(test, step_examples);
     record.push_back(s);
     if (trainer.scaler())

@@ -64,15 +64,7 @@ RunResult train(const DeviceSet& devices, const Placement& placement, const mgpu
     result.workers.push_back(run_epoch(server, train_data, replicas, items, settings, epoch + 1, lr_of, show_progress));
   };
   loop.synchronize = [&] { devices.synchronize(); };
-  loop.train_metrics = [&] {
-    mgpu::LossAndHits sum;
-    for (const dp::Replica& r : replicas) {
-      const auto [l, h] = r.metrics.read();
-      sum.loss_sum += l;
-      sum.hits += h;
-    }
-    return sum;
-  };
+  loop.train_metrics = [&] { return dp::sum_metrics(replicas); };
   loop.test_accuracy = [&] {
     dp::Replica& r0 = replicas[0];
     server.pull(0, r0.params, /*count_bytes=*/false);  // the master parameters, to evaluate

@@ -6,7 +6,8 @@
 //   build/bin/10_fast_kernels -b 32 -n 5        the cpu build: the references only
 // For each kernel and shape: warm up, check every element of the raw result against the
 // reference's (outside the timed loop), then time each variant over many calls with the device
-// drained before and after (common/benchmark.h's measure, as chapters 03 and 04 measure allreduces). Writes <out>/10_fast_kernels.csv and .md; ends with a result: line.
+// drained before and after (common/benchmark.h's measure, as chapters 03 and 04 measure
+// allreduces). Writes <out>/10_fast_kernels.csv and .md; ends with a result: line.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
