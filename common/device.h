@@ -136,6 +136,23 @@ class SideStream {
 // copy below checks its pointers; kernels that take pointers check them too (add_into, gemm).
 void check_owned(const Device& d, const void* p, std::size_t bytes, const char* call);
 
+// How much device memory a run's buffers take, counted where every Buffer is allocated and freed
+// (device_allocate, device_free): the bytes device d's buffers hold now, and the most they held at
+// once since the last reset_device_memory_peaks(). It is what PyTorch's
+// torch.cuda.max_memory_allocated() counts, tensors' bytes: not the CUDA context, not cuBLAS's
+// own workspace, not what nvidia-smi shows (which adds those and the allocator's cache). The same
+// count in both builds, so the cpu build measures what a run will ask of a GPU.
+struct DeviceMemory {
+  std::size_t held = 0, peak = 0;
+};
+DeviceMemory device_memory(const Device& d);
+// Every device's peak becomes what it holds now: a run that starts measuring counts the buffers it
+// already has (its model) and everything it allocates after.
+void reset_device_memory_peaks();
+// The largest peak of any one device since the last reset: what one device (one GPU, for a
+// device alone on it) must hold for the run.
+std::size_t peak_device_bytes();
+
 // Untyped primitives behind Buffer<T>; `bytes` is always count * sizeof(T), computed there.
 void* device_allocate(const Device& d, std::size_t bytes);
 void device_free(const Device& d, void* p) noexcept;

@@ -4,6 +4,7 @@
 // keeping the checks here means both builds refuse exactly the same things, in the same words.
 #include "device_common.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <iterator>
@@ -50,6 +51,11 @@ std::map<std::uintptr_t, Allocation>& freed() {
   return *map;
 }
 constexpr std::size_t kFreedRemembered = 4096;
+// Bytes held and the peak since the last reset, per device id (under allocations_mutex).
+std::map<int, DeviceMemory>& memory_by_device() {
+  static auto* map = new std::map<int, DeviceMemory>;
+  return *map;
+}
 
 // The allocation of `map` that holds `address`, or map.end().
 std::map<std::uintptr_t, Allocation>::const_iterator holding(const std::map<std::uintptr_t, Allocation>& map,
@@ -66,6 +72,9 @@ void remember_allocation(const Device& d, void* p, std::size_t bytes) {
   const auto start = reinterpret_cast<std::uintptr_t>(p);
   const std::lock_guard<std::mutex> lock(allocations_mutex);
   allocations()[start] = Allocation{bytes, d};
+  DeviceMemory& m = memory_by_device()[d.id];
+  m.held += bytes;
+  m.peak = std::max(m.peak, m.held);
   // The new allocation's addresses are live again: forget the freed ones it overlaps.
   auto& gone = freed();
   auto it = gone.lower_bound(start);
@@ -78,9 +87,28 @@ void forget_allocation(void* p) noexcept {
   const std::lock_guard<std::mutex> lock(allocations_mutex);
   auto it = allocations().find(start);
   if (it == allocations().end()) return;
+  memory_by_device()[it->second.owner.id].held -= it->second.bytes;
   if (freed().size() >= kFreedRemembered) freed().clear();
   freed()[start] = it->second;
   allocations().erase(it);
+}
+
+DeviceMemory device_memory(const Device& d) {
+  const std::lock_guard<std::mutex> lock(allocations_mutex);
+  const auto it = memory_by_device().find(d.id);
+  return it == memory_by_device().end() ? DeviceMemory{} : it->second;
+}
+
+void reset_device_memory_peaks() {
+  const std::lock_guard<std::mutex> lock(allocations_mutex);
+  for (auto& [id, m] : memory_by_device()) m.peak = m.held;
+}
+
+std::size_t peak_device_bytes() {
+  const std::lock_guard<std::mutex> lock(allocations_mutex);
+  std::size_t most = 0;
+  for (const auto& [id, m] : memory_by_device()) most = std::max(most, m.peak);
+  return most;
 }
 
 void check_owned(const Device& d, const void* p, std::size_t bytes, const char* call) {

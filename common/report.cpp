@@ -435,7 +435,8 @@ std::vector<std::pair<std::string, std::string>> TrainingLog::result_fields() co
           {"test_acc", fixed(records_.empty() ? 0.0 : records_.back().test_acc, 4)},
           {"sec_per_epoch", fixed(sec, 3)},
           {"samples_per_sec", fixed(sec > 0 ? train_examples_ / sec : 0.0, 0)},
-          {"first_epoch_sec", fixed(records_.empty() ? 0.0 : records_.front().seconds, 3)}};
+          {"first_epoch_sec", fixed(records_.empty() ? 0.0 : records_.front().seconds, 3)},
+          {"peak_mib", peak_device_bytes_ ? fixed(double(*peak_device_bytes_) / (1 << 20), 1) : "none"}};
 }
 
 std::string TrainingLog::result_line() const {

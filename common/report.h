@@ -15,9 +15,12 @@
 //   - the final machine-readable line:
 //     result: chapter=01_lenet backend=cpu devices=1 epochs=10 batch=256 lr=0.2 test_acc=0.8312 ...
 //     whose sec_per_epoch leaves out the first epoch (one-time set-up) when there are more; the
-//     line before it says so, and first_epoch_sec gives the first epoch's time.
+//     line before it says so, and first_epoch_sec gives the first epoch's time; peak_mib is the
+//     most device memory the run's buffers held at once on one device (MiB).
 #pragma once
+#include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,12 +140,18 @@ class TrainingLog {
   // row are written: nothing after it would mean anything.
   void end_epoch(const EpochRecord& record);
 
+  // The most device memory the run's buffers held at once on one device (mgpu::peak_device_bytes,
+  // counted from the start of training: the epoch loop tells it). On the result line as peak_mib;
+  // "none" there if nothing told it.
+  void set_peak_device_bytes(std::size_t bytes) { peak_device_bytes_ = bytes; }
+
   const std::vector<EpochRecord>& records() const { return records_; }
   double seconds_per_epoch() const;  // mean over the epochs after the first (over the one, if alone)
   std::string timing_note() const;   // which epochs seconds_per_epoch() averages
   std::string result_line() const;   // starts with "result: "
 
-  // The result line's fields, in its order: ("chapter", "01_lenet"), ..., ("first_epoch_sec", "4.000").
+  // The result line's fields, in its order: ("chapter", "01_lenet"), ..., ("first_epoch_sec", "4.000"),
+  // ("peak_mib", "12.3").
   std::vector<std::pair<std::string, std::string>> result_fields() const;
 
   // Draws <out>/<run>.png, writes the JSON with the result, prints which files the run left,
@@ -161,6 +170,7 @@ class TrainingLog {
   int devices_, train_examples_;
   std::string started_;  // when the run began, UTC, ISO 8601
   std::vector<EpochRecord> records_;
+  std::optional<std::size_t> peak_device_bytes_;  // set_peak_device_bytes
   std::size_t timed_from() const;  // the first record seconds_per_epoch() counts
   bool in_sec_per_epoch(std::size_t i) const;  // whether records_[i] is one seconds_per_epoch() averages
   void write_json(bool finished) const;  // <run>.json, whole

@@ -1,6 +1,7 @@
 #include "train_loop.h"
 
 #include "check.h"
+#include "device.h"  // reset_device_memory_peaks, peak_device_bytes: the run's peak memory
 #include "timer.h"  // steady_seconds
 
 namespace mgpu {
@@ -25,6 +26,7 @@ std::vector<EpochRecord> train_epochs(const Options& o, int train_examples, int 
   check_parts(loop);
   ShuffledBatches batches(train_examples, batch_size, o.seed);
   std::vector<EpochRecord> records;
+  reset_device_memory_peaks();  // the run's peak counts what it holds now (its model) and all it allocates
   for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     const auto show_progress = [&](int batches_done) {
       if (log && batches_done > 0) log->progress(epoch + 1, batches_done - 1, batches.count());
@@ -56,6 +58,7 @@ std::vector<EpochRecord> train_epochs(const Options& o, int train_examples, int 
     if (log) log->end_epoch(r);
     if (loop.epoch_ended) loop.epoch_ended(r);
   }
+  if (log) log->set_peak_device_bytes(peak_device_bytes());
   return records;
 }
 

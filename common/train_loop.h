@@ -11,6 +11,8 @@
 //     train_metrics(), test_accuracy()               the epoch's loss, train and test accuracy
 //     the epoch's line, CSV row and JSON             (TrainingLog; none on a rank that does not log)
 //     epoch_ended(record)                            what the chapter adds: a note, a checkpoint
+//   the most device memory held at once, from the loop's start (device.h's count): the result
+//   line's peak_mib
 //
 // A chapter whose workers walk the batches themselves (chapter 08's parameter server) gives
 // run_epoch instead of step: it is handed the epoch's batches and a progress function.

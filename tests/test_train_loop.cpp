@@ -146,6 +146,35 @@ TEST_CASE("train_epochs: the log gets every epoch's line and row") {
   CHECK(log.records()[1].test_acc == doctest::Approx(0.51));
 }
 
+TEST_CASE("train_epochs: the result line's peak_mib is the most one device's buffers held while it trained") {
+  testing::TempDir out;
+  mgpu::Options o = options(2, 50);
+  o.out = out.path.string();
+  mgpu::DeviceSet devices(2);
+  mgpu::Buffer<float> model(devices[0], 1 << 18);  // 1 MiB held before training: counted
+  {
+    mgpu::Buffer<float> before(devices[1], 4 << 20);  // 16 MiB freed before training: not counted
+  }
+  mgpu::TrainingLog log("01_lenet", "peak_test", o, {}, 2, 100);
+  CHECK(log.result_line().find(" peak_mib=none") != std::string::npos);  // nothing measured yet
+  Seen seen;
+  mgpu::EpochLoop loop = fake_chapter(seen, 100);
+  loop.step = [&devices](const mgpu::BatchOf& b) {
+    // Device 0: 2 MiB for a moment in every step, 3 MiB in one of them; device 1: 1 MiB.
+    mgpu::Buffer<float> activations(devices[0], std::size_t(b.index == 1 ? 3 : 2) << 18);
+    mgpu::Buffer<float> other(devices[1], 1 << 18);
+  };
+  mgpu::train_epochs(o, 100, 50, loop, &log);
+  CHECK(mgpu::device_memory(devices[0]).held == std::size_t(1) << 20);  // the model: the steps' buffers are gone
+  CHECK(mgpu::device_memory(devices[0]).peak == std::size_t(4) << 20);  // model + the largest step's
+  CHECK(mgpu::device_memory(devices[1]).peak == std::size_t(1) << 20);
+  CHECK(mgpu::peak_device_bytes() == std::size_t(4) << 20);
+  CHECK(log.result_line().find(" peak_mib=4.0") != std::string::npos);
+  // A reset starts from what is held now.
+  mgpu::reset_device_memory_peaks();
+  CHECK(mgpu::device_memory(devices[0]).peak == std::size_t(1) << 20);
+}
+
 TEST_CASE("train_epochs: a loop missing a part is refused, naming it") {
   Seen seen;
   const mgpu::Options o = options(1, 10);

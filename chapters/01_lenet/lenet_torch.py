@@ -332,6 +332,15 @@ def seconds_per_epoch(epoch_times):
     return sum(timed) / len(timed)
 
 
+def peak_mib(device):
+    """The most memory tensors held at once on the GPU since the training began (PyTorch's
+    max_memory_allocated: tensors' bytes, as 01_lenet's peak_mib counts its buffers), in MiB;
+    "none" on a CPU."""
+    if device.type != "cuda":
+        return "none"
+    return f"{torch.cuda.max_memory_allocated(device) / 2**20:.1f}"
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -361,6 +370,8 @@ def main():
     epoch_times = []
     width = len(str(args.epochs))
 
+    if device.type == "cuda":  # peak memory from here on: what is held now (model, data) and all allocated after
+        torch.cuda.reset_peak_memory_stats(device)
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(n_train, generator=shuffle_gen).to(device)
         # Running sums stay on the device: calling .item() every batch would
@@ -397,7 +408,7 @@ def main():
     print(f"result: chapter={CHAPTER} backend=torch-{device.type} devices=1 epochs={args.epochs}"
           f" batch={args.batch_size} lr={args.lr:g} precision={args.precision} test_acc={rows[-1][3]:.4f}"
           f" sec_per_epoch={sec_per_epoch:.2f} samples_per_sec={samples_per_sec}"
-          f" first_epoch_sec={epoch_times[0]:.2f}", flush=True)
+          f" first_epoch_sec={epoch_times[0]:.2f} peak_mib={peak_mib(device)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -213,6 +213,15 @@ def evaluate(net, X, y, precision_context):
     return correct.item() / X.shape[0]
 
 
+def peak_mib(backend, devices):
+    """The most memory tensors held at once on one GPU since the training began (PyTorch's
+    max_memory_allocated: tensors' bytes, as 09_resnet's peak_mib counts its buffers), in MiB;
+    "none" on a CPU."""
+    if backend != "cuda":
+        return "none"
+    return f"{max(torch.cuda.max_memory_allocated(d) for d in devices) / 2**20:.1f}"
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -261,6 +270,9 @@ def main():
     epoch_times = []
     digits = len(str(args.epochs))
 
+    if args.backend == "cuda":  # peak memory from here on: what is held now (model, data) and all allocated after
+        for d in devices:
+            torch.cuda.reset_peak_memory_stats(d)
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(n_train, generator=shuffle_gen).to(devices[0])
         # Running sums stay on the device: an .item() per batch would force
@@ -302,7 +314,7 @@ def main():
           f" batch={args.batch_size} lr={args.lr:g} width={args.width} precision={args.precision}"
           f" test_acc={rows[-1][3]:.4f}"
           f" sec_per_epoch={sec_per_epoch:.3f} samples_per_sec={samples_per_sec}"
-          f" first_epoch_sec={epoch_times[0]:.3f}", flush=True)
+          f" first_epoch_sec={epoch_times[0]:.3f} peak_mib={peak_mib(args.backend, devices)}", flush=True)
 
 
 if __name__ == "__main__":
