@@ -30,7 +30,12 @@ expect_exit(09_resnet bn_bad        2 stderr "--bn: global not in \\{device,sync
 expect_exit(09_resnet allreduce_bad 2 stderr "--allreduce: tree not in \\{ring,naive,nccl\\}" --allreduce tree)
 expect_exit(09_resnet precision_bad 2 stderr "--precision: fp16 not in \\{fp32,tf32,bf16\\}" --precision fp16)
 expect_exit(09_resnet profile_bad   2 stderr "--profile: 1 not in \\{on,off\\}" --profile 1)
-expect_exit(09_resnet kernels_bad   2 stderr "--kernels: fast not in \\{reference,raw,tiled\\}" --kernels fast)
+expect_exit(09_resnet kernels_bad   2 stderr "--kernels: fast not in \\{reference,raw,tiled,tensor\\}" --kernels fast)
+expect_exit(09_resnet kernels_precision 2 stderr "--kernels tensor multiplies its convolutions in bf16: add --precision bf16" --kernels tensor)
+# Chapter 10's tensor-core table end to end, one step (the host model on a CPU): no evaluation,
+# which the host model would take minutes over.
+expect_exit(09_resnet tensor_one_step 0 stdout "layer kernels: tensor \\(bf16 in the convolutions it takes\\).*wrote one training step of 8 images"
+            --kernels tensor --precision bf16 --width 16 -b 8 --dump-step ${test_results}/09_tensor_step)
 expect_exit(09_resnet dump_empty    2 stderr "--dump-step needs a value" --dump-step=)
 expect_exit(09_resnet batch_small   2 stderr "--batch-size 1 is smaller than --devices 2" --batch-size 1 --devices 2)
 if(NOT MGPU_HAVE_NCCL)

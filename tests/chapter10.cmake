@@ -6,6 +6,10 @@
 # fast_kernels_on_gpu: skipped where no GPU answers (and, in the cpu build, listed as skipped,
 # saying why), never counted as passed.
 mgpu_test(test_fast_kernels DEVICE LIBS mgpu_fast_kernels)
+# The tensor-core convolution (implicit_gemm.h): the mma fragments' layout and the instruction's
+# host model, then the convolution against chapter 09's on bf16-rounded inputs (the host model on
+# a CPU, the mma.sync kernels on a GPU of compute capability 8.0 or later).
+mgpu_test(test_implicit_gemm DEVICE LIBS mgpu_fast_kernels)
 # The classroom kit's exercises of this chapter: two element functions, graded on any build.
 mgpu_exercise(ex10.im2col_element test_fast_kernels "element bodies: im2col_element*")
 mgpu_exercise(ex10.col2im_element test_fast_kernels "element bodies: col2im_element*"

@@ -178,6 +178,10 @@ class LayerKernels {
   virtual const char* name() const { return "reference"; }
   // Whether a program in this build runs this table when none is named: the fastest, measured.
   virtual bool preferred_in_this_build() const { return false; }
+  // The precision this table's convolutions multiply in whatever the GEMMs are set to ("bf16":
+  // chapter 10's tensor-core table rounds their inputs), or nullptr: the GEMMs' precision, as here.
+  // 09_resnet runs such a table only with that --precision.
+  virtual const char* convolution_precision() const { return nullptr; }
 
   // Convolution (conv2d_forward, conv2d_backward). The reference's plan: im2col, then GEMMs.
   // Scratch floats conv_forward and conv_backward need for input xs on device d; callers hand

@@ -30,10 +30,12 @@ void say_network(const resnet::ResnetOptions& ro) {
       precision == mgpu::GemmPrecision::Fp32
           ? (ro.precision == mgpu::GemmPrecision::Fp32 ? "fp32" : "fp32 (--precision chooses for GPUs only)")
           : std::string(mgpu::to_string(precision)) + " inputs on tensor cores";
+  std::string kernels = ro.kernels->name();
+  if (const char* p = ro.kernels->convolution_precision()) kernels += std::string(" (") + p + " in the convolutions it takes)";
   std::printf("BatchNorm statistics: %s; collective: %s; GEMMs: %s; layer kernels: %s\n",
               ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
                                                    : "per device (as d2l's nn.DataParallel)",
-              resnet::name_of(ro.collective).c_str(), gemms.c_str(), ro.kernels->name());
+              resnet::name_of(ro.collective).c_str(), gemms.c_str(), kernels.c_str());
 }
 
 // --profile on: one training step, device 0's kernels one by one, before training.
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
   const mgpu::Options o =
       mgpu::parse_command_line(argc, argv, kChapter, [&ro](CLI::App& app) { resnet::add_resnet_flags(app, ro); });
   if (const std::string why = resnet::resolve_collective(ro, o.devices); !why.empty())
+    mgpu::refuse_command_line(kChapter.name, why);
+  if (const std::string why = resnet::check_kernels_precision(ro); !why.empty())
     mgpu::refuse_command_line(kChapter.name, why);
   return mgpu::run_or_report(kChapter.name, [&] {
     const mgpu::DeviceSet devices(o.devices);

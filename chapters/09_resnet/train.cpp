@@ -236,6 +236,13 @@ std::string resolve_collective(ResnetOptions& ro, int devices) {
   return "";
 }
 
+std::string check_kernels_precision(const ResnetOptions& ro) {
+  const char* needs = ro.kernels->convolution_precision();
+  if (!needs || needs == std::string(mgpu::to_string(ro.precision))) return "";
+  return std::string("--kernels ") + ro.kernels->name() + " multiplies its convolutions in " + needs + ": add --precision " +
+         needs + " (or choose other --kernels)";
+}
+
 void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
            const ResnetOptions& ro, mgpu::TrainingLog& log) {
   const int k = devices.size();

@@ -40,6 +40,9 @@ void add_resnet_flags(CLI::App& app, ResnetOptions& ro);
 // The collective this machine will use: the one asked for, or the default; refuses NCCL where
 // it cannot run (returns the reason; empty: fine).
 std::string resolve_collective(ResnetOptions& ro, int devices);
+// Why the table of layer kernels cannot run at the chosen precision ("" if it can): a table whose
+// convolutions multiply in a precision of their own (chapter 10's tensor, bf16) needs that --precision.
+std::string check_kernels_precision(const ResnetOptions& ro);
 
 // Trains from init_params(o.seed) on `devices`; prints one line per epoch into `log`.
 void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,

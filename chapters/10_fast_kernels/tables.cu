@@ -1,8 +1,9 @@
 // Chapter 10's two tables of layer kernels (tables.h), and their registration.
 #include "tables.h"
 
-#include "blocked_sums.h"  // BatchNorm's sums block by block
-#include "kernels.h"       // the raw kernels
+#include "blocked_sums.h"   // BatchNorm's sums block by block
+#include "implicit_gemm.h"  // the 3x3 convolutions on tensor cores
+#include "kernels.h"        // the raw kernels
 #include "tiled_conv.h"    // the tiled convolution
 
 namespace fast {
@@ -40,6 +41,38 @@ class RawKernels : public nn::LayerKernels {
     batch_norm_backward_sums_raw(d, dy, z, channels, n, stats,
                                  scratch.partials_for(channels, kMaxSumBlocks, "batch_norm_backward_sums"), sums,
                                  dgamma, dbeta);
+  }
+};
+
+// The raw table with its 3x3 stride-1 convolutions (16-channel multiples) done as an implicit
+// GEMM in bf16 on tensor cores (implicit_gemm.h); every other convolution as raw's. Its
+// convolutions round their inputs to bf16, so 09_resnet runs it with --precision bf16 only.
+class TensorKernels : public RawKernels {
+ public:
+  const char* name() const override { return "tensor"; }
+  bool preferred_in_this_build() const override { return false; }  // until a GPU has measured it
+  const char* convolution_precision() const override { return "bf16"; }
+  i64 conv_scratch_floats(const Device& d, ImageShape xs, ConvShape c) const override {
+    return tc::takes(xs, c) ? tc::scratch_floats(xs, c) : RawKernels::conv_scratch_floats(d, xs, c);
+  }
+  void conv_forward(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                    nn::ConvScratch scratch, float* z) const override {
+    if (!tc::takes(xs, c)) return RawKernels::conv_forward(d, x, xs, c, W, b, scratch, z);
+    check_scratch(d, xs, c, scratch, "conv_forward");
+    tc::conv_forward_tc(d, x, xs, c, W, b, scratch.data, z);
+  }
+  void conv_backward(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
+                     const float* ones, nn::ConvScratch scratch, float* dW, float* db, float* dx) const override {
+    if (!tc::takes(xs, c)) return RawKernels::conv_backward(d, dz, x, xs, c, W, ones, scratch, dW, db, dx);
+    check_scratch(d, xs, c, scratch, "conv_backward");
+    tc::conv_backward_tc(d, dz, x, xs, c, W, ones, scratch.data, dW, db, dx);
+  }
+
+ private:
+  void check_scratch(const Device& d, ImageShape xs, ConvShape c, nn::ConvScratch scratch, const char* call) const {
+    if (scratch.floats < conv_scratch_floats(d, xs, c))
+      throw mgpu::Error(std::string("tensor kernels' ") + call + ": scratch of " + std::to_string(scratch.floats) +
+                        " floats, " + std::to_string(conv_scratch_floats(d, xs, c)) + " needed");
   }
 };
 
@@ -89,6 +122,7 @@ class TiledKernels : public nn::LayerKernels {
 [[maybe_unused]] const bool registered = [] {
   nn::register_layer_kernels(raw_kernels());
   nn::register_layer_kernels(tiled_kernels());
+  nn::register_layer_kernels(tensor_kernels());
   return true;
 }();
 
@@ -101,6 +135,11 @@ const nn::LayerKernels& raw_kernels() {
 
 const nn::LayerKernels& tiled_kernels() {
   static const TiledKernels table;
+  return table;
+}
+
+const nn::LayerKernels& tensor_kernels() {
+  static const TensorKernels table;
   return table;
 }
 

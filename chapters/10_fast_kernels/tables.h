@@ -6,6 +6,9 @@
 //          (README). In the cpu build the same per-thread code runs on the CPU, correct but slow.
 //   tiled  the convolution a few images at a time (tiled_conv.h), each tile's col in a core's
 //          cache; chapter 09's BatchNorm. The cpu build's default (README: the CPU section).
+//   tensor raw, but the 3x3 stride-1 convolutions as an implicit GEMM in bf16 on tensor cores
+//          (implicit_gemm.h), col never written; with --precision bf16 only. On a CPU the
+//          instruction's host model runs it: correct, slow.
 // chapters/10_fast_kernels/CMakeLists.txt links these tables into 09_resnet; chapter 09's own
 // files know nothing of them.
 #pragma once
@@ -15,5 +18,6 @@ namespace fast {
 
 const nn::LayerKernels& raw_kernels();
 const nn::LayerKernels& tiled_kernels();
+const nn::LayerKernels& tensor_kernels();
 
 }  // namespace fast

@@ -1,0 +1,342 @@
+// The tensor-core convolution of implicit_gemm.h: the instruction's host model, the layout
+// conversions, the two GEMM kernels and the launchers that chapter 09's table calls. What a lane
+// loads and stores is in the header (MGPU_HD, the same in both builds). In the cuda build a warp
+// runs warp_tile below with the real instruction; in the cpu build each warp tile is one index
+// of mgpu::for_each_index, run by warp_tile_model: the same loads and stores, mma_model for the
+// instruction, so chapter 09's `--kernels tensor` runs (and is tested) on any machine.
+#include "implicit_gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/check.h"
+#include "common/gemm.h"      // db's product, as chapter 01's
+#include "common/parallel.h"  // the cpu build's for_each_index
+#include "common/profile.h"   // the cuda build's launches are timed by chapter 09's --profile
+
+namespace fast::tc {
+
+using i64 = std::int64_t;
+
+// ---- The instruction's host model
+
+void mma_model(const FragA a[kWarp], const FragB b[kWarp], FragC c[kWarp]) {
+  // The PTX ISA's tables, register by register: register r of lane (g, p) holds two values, the
+  // low half first. A's a0..a3 cover rows g, g+8, g, g+8 and columns from 2p, 2p, 2p+8, 2p+8.
+  float A[kMmaM][kMmaK], B[kMmaK][kMmaN];
+  for (int lane = 0; lane < kWarp; ++lane) {
+    const int g = lane / 4, p = lane % 4;
+    const int a_row[4] = {g, g + 8, g, g + 8}, a_col[4] = {2 * p, 2 * p, 2 * p + 8, 2 * p + 8};
+    for (int r = 0; r < 4; ++r)
+      for (int half = 0; half < 2; ++half) A[a_row[r]][a_col[r] + half] = mixed::from_bf16(a[lane].v[2 * r + half]);
+    const int b_row[2] = {2 * p, 2 * p + 8};  // b0, b1: rows (k) from 2p and 2p+8, column (n) g
+    for (int r = 0; r < 2; ++r)
+      for (int half = 0; half < 2; ++half) B[b_row[r] + half][g] = mixed::from_bf16(b[lane].v[2 * r + half]);
+  }
+  float D[kMmaM][kMmaN];
+  for (int i = 0; i < kMmaM; ++i)
+    for (int j = 0; j < kMmaN; ++j) {
+      float sum = 0;
+      for (int k = 0; k < kMmaK; ++k) sum += A[i][k] * B[k][j];
+      D[i][j] = sum;
+    }
+  for (int lane = 0; lane < kWarp; ++lane) {  // c0, c1 on row g; c2, c3 on row g+8; columns 2p, 2p+1
+    const int g = lane / 4, p = lane % 4;
+    const int c_row[4] = {g, g, g + 8, g + 8}, c_col[4] = {2 * p, 2 * p + 1, 2 * p, 2 * p + 1};
+    for (int r = 0; r < 4; ++r) c[lane].v[r] += D[c_row[r]][c_col[r]];
+  }
+}
+
+namespace {
+
+// Halves (bf16 elements) rounded up to a whole 16-byte line, so that each tensor in the scratch
+// starts aligned.
+i64 aligned_halves(i64 halves) { return (halves + 7) / 8 * 8; }
+
+#if MGPU_CUDA
+unsigned blocks_for(int count, int threads) { return static_cast<unsigned>((count + threads - 1) / threads); }
+
+template <class Launch>
+void launch_timed(const Device& d, const char* name, double bytes, Launch launch) {
+  mgpu::KernelProfile* profile = mgpu::KernelProfile::of(d);
+  const int call = profile ? profile->begin(name, 0, bytes) : -1;
+  mgpu::activate(d);
+  launch();
+  MGPU_CHECK_CUDA(cudaGetLastError());
+  if (profile) profile->end(call);
+}
+
+// Tensor cores that execute mma.sync on bf16 came with sm_80 (A100). This build may hold code for
+// older GPUs too (CI compiles for sm_75): there the kernels below trap, so the launchers refuse first.
+void require_bf16_tensor_cores(const Device& d) {
+  int major = 0;
+  MGPU_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.gpu));
+  if (major < 8)
+    throw mgpu::Error("the tensor-core convolution needs a GPU of compute capability 8.0 or later (bf16 mma.sync); "
+                      "GPU " + std::to_string(d.gpu) + " is " + std::to_string(major) + ".x: use --kernels raw");
+}
+
+#if __CUDA_ARCH__ >= 800
+// Two bf16 as the 32-bit register the instruction takes, the first in the low half.
+__device__ inline unsigned pair_of(std::uint16_t low, std::uint16_t high) {
+  return unsigned(low) | (unsigned(high) << 16);
+}
+#endif
+
+// The instruction: c += a b for the warp's 16 x 8 tile, each lane giving its fragments.
+__device__ inline void mma_bf16(const FragA& a, const FragB& b, FragC& c) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])
+      : "r"(pair_of(a.v[0], a.v[1])), "r"(pair_of(a.v[2], a.v[3])), "r"(pair_of(a.v[4], a.v[5])),
+        "r"(pair_of(a.v[6], a.v[7])), "r"(pair_of(b.v[0], b.v[1])), "r"(pair_of(b.v[2], b.v[3])));
+#else
+  __trap();  // never launched: require_bf16_tensor_cores refuses these GPUs
+#endif
+}
+
+// warp_tile_model's loop as one warp runs it: each lane loads its own fragments, the warp
+// multiplies together. A's fragments serve the 4 column tiles, B's the 2 row tiles.
+template <class Operands>
+__device__ void warp_tile(const ConvGemm& g, int row0, int col0, int k_first, int k_last, WarpAccumulators& acc) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  for (int k0 = k_first; k0 < k_last; k0 += kMmaK) {
+    FragA a[kTilesM];
+    FragB b[kTilesN];
+    for (int tm = 0; tm < kTilesM; ++tm) a[tm] = load_a<Operands>(g, row0 + tm * kMmaM, k0, lane);
+    for (int tn = 0; tn < kTilesN; ++tn) b[tn] = load_b<Operands>(g, k0, col0 + tn * kMmaN, lane);
+    for (int tm = 0; tm < kTilesM; ++tm)
+      for (int tn = 0; tn < kTilesN; ++tn) mma_bf16(a[tm], b[tn], acc.c[tm][tn]);
+  }
+}
+
+// Where warp w of a block sits in the block's 64 x 64 tile: 2 x 2 warps of 32 x 32.
+__device__ inline int warp_row() { return static_cast<int>(threadIdx.x) / kWarp / 2 * kWarpTileM; }
+__device__ inline int warp_col() { return static_cast<int>(threadIdx.x) / kWarp % 2 * kWarpTileN; }
+#endif
+
+// Adds a warp's weight-gradient tile (rows: output channels, columns: kk) into dW, one lane.
+// On a GPU several blocks (the pixels' slices) add into the same dW: atomically.
+MGPU_HD inline void add_weight_grad(const ConvGemm& g, const WarpAccumulators& acc, int co0, int kk0, int lane) {
+  for (int tm = 0; tm < kTilesM; ++tm)
+    for (int tn = 0; tn < kTilesN; ++tn)
+      for (int i = 0; i < 4; ++i) {
+        const RowCol p = c_position(lane, i);
+        const int co = co0 + tm * kMmaM + p.row, kk = kk0 + tn * kMmaN + p.col;
+        if (co >= g.n || kk >= g.k) continue;
+#ifdef __CUDA_ARCH__
+        atomicAdd(&g.out[weight_index(g, co, kk)], acc.c[tm][tn].v[i]);
+#else
+        g.out[weight_index(g, co, kk)] += acc.c[tm][tn].v[i];
+#endif
+      }
+}
+
+// ---- The kernels (cuda) and their functors (cpu)
+
+#if MGPU_CUDA
+__global__ void channels_last_kernel(ChannelsLastArgs a) {
+  const int idx = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (idx < a.count) channels_last_element(a, idx);
+}
+__global__ void filter_kernel(FilterArgs a) {
+  const int idx = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (idx < a.count) filter_element(a, idx);
+}
+// z^T = A B: block (bx, by) computes rows [64 bx, 64 bx + 64) and columns [64 by, ...).
+__global__ void forward_kernel(ConvGemm g) {
+  WarpAccumulators acc{};
+  const int row0 = static_cast<int>(blockIdx.x) * kBlockTileM + warp_row();
+  const int col0 = static_cast<int>(blockIdx.y) * kBlockTileN + warp_col();
+  if (row0 >= g.m || col0 >= g.n) return;  // a warp wholly outside (the last blocks)
+  warp_tile<ForwardOperands>(g, row0, col0, 0, g.k, acc);
+  store_forward(g, acc, row0, col0, static_cast<int>(threadIdx.x) % kWarp);
+}
+// dW += dz A over the pixels [z * chunk, (z + 1) * chunk): blockIdx.z is the slice.
+__global__ void weight_grad_kernel(ConvGemm g, int chunk) {
+  WarpAccumulators acc{};
+  const int co0 = static_cast<int>(blockIdx.x) * kBlockTileM + warp_row();
+  const int kk0 = static_cast<int>(blockIdx.y) * kBlockTileN + warp_col();
+  if (co0 >= g.n || kk0 >= g.k) return;
+  const int first = static_cast<int>(blockIdx.z) * chunk;
+  warp_tile<WeightGradOperands>(g, co0, kk0, first, std::min(first + chunk, g.m), acc);
+  add_weight_grad(g, acc, co0, kk0, static_cast<int>(threadIdx.x) % kWarp);
+}
+#else
+// The cpu build's grid: one warp tile of 32 x 32 per index, row tiles fastest.
+int warp_tiles(int rows, int cols) {
+  return ((rows + kWarpTileM - 1) / kWarpTileM) * ((cols + kWarpTileN - 1) / kWarpTileN);
+}
+struct ChannelsLastKernel {
+  ChannelsLastArgs a;
+  void operator()(i64 idx) const { channels_last_element(a, static_cast<int>(idx)); }
+};
+struct FilterKernel {
+  FilterArgs a;
+  void operator()(i64 idx) const { filter_element(a, static_cast<int>(idx)); }
+};
+// One warp tile per index, as the GPU's warps (row tiles fastest), run by the host model.
+struct ForwardTiles {
+  ConvGemm g;
+  void operator()(i64 idx) const {
+    const int row_tiles = (g.m + kWarpTileM - 1) / kWarpTileM;
+    const int row0 = static_cast<int>(idx % row_tiles) * kWarpTileM, col0 = static_cast<int>(idx / row_tiles) * kWarpTileN;
+    WarpAccumulators acc[kWarp] = {};
+    warp_tile_model<ForwardOperands>(g, row0, col0, 0, g.k, acc);
+    for (int lane = 0; lane < kWarp; ++lane) store_forward(g, acc[lane], row0, col0, lane);
+  }
+};
+// The weight gradient's tiles, each over all the pixels: no two indices add into the same dW.
+struct WeightGradTiles {
+  ConvGemm g;
+  void operator()(i64 idx) const {
+    const int row_tiles = (g.n + kWarpTileM - 1) / kWarpTileM;
+    const int co0 = static_cast<int>(idx % row_tiles) * kWarpTileM, kk0 = static_cast<int>(idx / row_tiles) * kWarpTileN;
+    WarpAccumulators acc[kWarp] = {};
+    warp_tile_model<WeightGradOperands>(g, co0, kk0, 0, (g.m + kMmaK - 1) / kMmaK * kMmaK, acc);
+    for (int lane = 0; lane < kWarp; ++lane) add_weight_grad(g, acc[lane], co0, kk0, lane);
+  }
+};
+#endif
+
+// x [C][B][H][W] fp32 -> x16 [B][H][W][C] bf16.
+void to_channels_last(const Device& d, const float* x, ImageShape xs, std::uint16_t* x16) {
+  const ChannelsLastArgs a{x, x16, xs.channels, index_count(i64(xs.batch) * xs.height * xs.width, "the batch's pixels"),
+                           index_count(i64(xs.size()), "a channels-last tensor")};
+  const double bytes = 6.0 * a.count;  // 4 read, 2 written
+#if MGPU_CUDA
+  launch_timed(d, "ChannelsLastBf16", bytes,
+               [&] { channels_last_kernel<<<blocks_for(a.count, kThreads), kThreads, 0, d.stream>>>(a); });
+#else
+  mgpu::for_each_index(d, a.count, ChannelsLastKernel{a}, bytes);
+#endif
+}
+
+void filters_bf16(const Device& d, const float* W, ConvShape c, bool turned, std::uint16_t* w16) {
+  const FilterArgs a{W, w16, c.out_channels, c.in_channels, c.kernel, turned,
+                     index_count(i64(c.out_channels) * c.in_channels * c.kernel * c.kernel, "the filters")};
+#if MGPU_CUDA
+  launch_timed(d, "FiltersBf16", 6.0 * a.count,
+               [&] { filter_kernel<<<blocks_for(a.count, kThreads), kThreads, 0, d.stream>>>(a); });
+#else
+  mgpu::for_each_index(d, a.count, FilterKernel{a}, 6.0 * a.count);
+#endif
+}
+
+// The GEMM's description for input xs16 (channels-last, `in` channels, h x w), `out` output
+// channels, padding p, 3x3 stride 1 (the output's side is the input's).
+ConvGemm conv_gemm(const std::uint16_t* x16, ImageShape xs, int out, int padding, const std::uint16_t* w16) {
+  ConvGemm g{};
+  g.x16 = x16;
+  g.w16 = w16;
+  g.batch = xs.batch;
+  g.height = g.out_height = xs.height;
+  g.width = g.out_width = xs.width;
+  g.in_channels = xs.channels;
+  g.out_channels = out;
+  g.kernel = 3;
+  g.padding = padding;
+  g.m = index_count(i64(xs.batch) * xs.height * xs.width, "the convolution's pixels");
+  g.n = out;
+  g.k = 9 * xs.channels;
+  index_count(i64(g.m) * std::max(g.n, xs.channels), "the convolution's output");
+  return g;
+}
+
+// out [N][M] = the forward product of g (+ bias).
+void forward_product(const Device& d, ConvGemm g) {
+#if MGPU_CUDA
+  require_bf16_tensor_cores(d);
+  const dim3 grid(blocks_for(g.m, kBlockTileM), blocks_for(g.n, kBlockTileN));
+  launch_timed(d, "ImplicitGemmForward", 0, [&] { forward_kernel<<<grid, kWarp * kWarpsPerBlock, 0, d.stream>>>(g); });
+#else
+  mgpu::for_each_index(d, warp_tiles(g.m, g.n), ForwardTiles{g}, 0);
+#endif
+}
+
+void weight_grad_product(const Device& d, ConvGemm g) {
+#if MGPU_CUDA
+  require_bf16_tensor_cores(d);
+  // Enough blocks to fill a large GPU: the pixels cut into slices, each a multiple of 16.
+  const unsigned tiles = blocks_for(g.n, kBlockTileM) * blocks_for(g.k, kBlockTileN);
+  const int slices = std::max(1, std::min<int>((g.m + 255) / 256, static_cast<int>(1024 / tiles)));
+  const int chunk = ((g.m + slices - 1) / slices + kMmaK - 1) / kMmaK * kMmaK;
+  const dim3 grid(blocks_for(g.n, kBlockTileM), blocks_for(g.k, kBlockTileN), blocks_for(g.m, chunk));
+  launch_timed(d, "ImplicitGemmWeightGrad", 0,
+               [&] { weight_grad_kernel<<<grid, kWarp * kWarpsPerBlock, 0, d.stream>>>(g, chunk); });
+#else
+  mgpu::for_each_index(d, warp_tiles(g.n, g.k), WeightGradTiles{g}, 0);
+#endif
+}
+
+}  // namespace
+
+bool takes(ImageShape xs, ConvShape c) {
+  return c.kernel == 3 && c.stride == 1 && c.padding == 1 && xs.channels == c.in_channels && c.in_channels % 16 == 0 &&
+         c.out_channels % 16 == 0;
+}
+
+i64 scratch_floats(ImageShape xs, ConvShape c) {
+  const i64 pixels = i64(xs.batch) * xs.height * xs.width;  // stride 1, padding 1: the output's too
+  const i64 halves = aligned_halves(pixels * c.in_channels) + aligned_halves(pixels * c.out_channels) +
+                     aligned_halves(i64(c.out_channels) * c.in_channels * 9);
+  return (halves + 1) / 2;
+}
+
+namespace {
+// The scratch's three tensors: the input's channels-last copy, dz's (backward only), the filters'.
+struct Scratch {
+  std::uint16_t *x16, *dz16, *w16;
+};
+Scratch split(float* scratch, ImageShape xs, ConvShape c) {
+  const i64 pixels = i64(xs.batch) * xs.height * xs.width;
+  auto* base = reinterpret_cast<std::uint16_t*>(scratch);
+  std::uint16_t* dz16 = base + aligned_halves(pixels * c.in_channels);
+  return {base, dz16, dz16 + aligned_halves(pixels * c.out_channels)};
+}
+void check_takes(ImageShape xs, ConvShape c, const char* call) {
+  nn::check_channels(xs, c, call);
+  if (!takes(xs, c))
+    throw mgpu::Error(std::string(call) + ": only 3x3 convolutions of stride 1 and padding 1 with channels in and out "
+                      "multiples of 16; got k" + std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" +
+                      std::to_string(c.padding) + ", " + std::to_string(c.in_channels) + " -> " +
+                      std::to_string(c.out_channels) + " channels");
+}
+}  // namespace
+
+void conv_forward_tc(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
+                     float* scratch, float* z) {
+  check_takes(xs, c, "conv_forward_tc");
+  const Scratch s = split(scratch, xs, c);
+  to_channels_last(d, x, xs, s.x16);
+  filters_bf16(d, W, c, false, s.w16);
+  ConvGemm g = conv_gemm(s.x16, xs, c.out_channels, c.padding, s.w16);
+  g.bias = b;
+  g.out = z;
+  forward_product(d, g);
+}
+
+void conv_backward_tc(const Device& d, const float* dz, const float* x, ImageShape xs, ConvShape c, const float* W,
+                      const float* ones, float* scratch, float* dW, float* db, float* dx) {
+  check_takes(xs, c, "conv_backward_tc");
+  const Scratch s = split(scratch, xs, c);
+  // dW += dz A: A gathered from x's channels-last copy, as in the forward pass.
+  to_channels_last(d, x, xs, s.x16);
+  ConvGemm wg = conv_gemm(s.x16, xs, c.out_channels, c.padding, nullptr);
+  wg.dz = dz;
+  wg.out = dW;
+  weight_grad_product(d, wg);
+  // db += dz ones: each row of dz summed (chapter 01's product).
+  mgpu::gemm(d, mgpu::Transpose::No, mgpu::Transpose::No, c.out_channels, 1, wg.m, 1.0f, dz, ones, 1.0f, db);
+  if (!dx) return;
+  // dx = dz convolved with the filters turned round: the forward product, dz as its input.
+  const ImageShape zs{c.out_channels, xs.batch, xs.height, xs.width};
+  to_channels_last(d, dz, zs, s.dz16);
+  filters_bf16(d, W, c, true, s.w16);
+  ConvGemm ig = conv_gemm(s.dz16, zs, c.in_channels, c.kernel - 1 - c.padding, s.w16);
+  ig.out = dx;
+  forward_product(d, ig);
+}
+
+}  // namespace fast::tc
