@@ -152,3 +152,18 @@ endif()
 # A test that needs "no GPU" prints this where a GPU answers at test time: ctest shows it skipped.
 set_tests_properties(${gpu_check_tests} PROPERTIES LABELS gpu_check
                      SKIP_REGULAR_EXPRESSION "gpu_check test skipped: a GPU answers")
+
+# tools/resnet_speed_check.sh, the prepared run for ResNet-18's speed on one GPU: its command line
+# here (the run itself needs a GPU, and says so with status 77, which ctest shows as skipped).
+function(speed_check_expect name code stream regex)
+  list(JOIN ARGN " " args)
+  add_test(NAME resnet_speed_check_${name}
+           COMMAND ${CMAKE_COMMAND} -DCMD=${CMAKE_SOURCE_DIR}/tools/resnet_speed_check.sh "-DARGS=${args}"
+                   -DCODE=${code} -DSTREAM=${stream} "-DEXPECT=${regex}" -P ${CMAKE_CURRENT_LIST_DIR}/expect_exit.cmake
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(resnet_speed_check_${name} PROPERTIES LABELS "gpu_check;needs_no_exercise")
+endfunction()
+speed_check_expect(help         0 stdout "^usage: resnet_speed_check.sh"                 --help)
+speed_check_expect(bad_epochs   2 stderr "--epochs needs a positive integer, got '0'"     --epochs 0)
+speed_check_expect(unknown      2 stderr "unknown option '--bogus'"                       --bogus)
+speed_check_expect(missing_out  2 stderr "--out needs a value"                            --out)

@@ -195,6 +195,69 @@ TEST_CASE("implicit GEMM: one warp tile on the host model is the convolution of 
   CHECK(worst < 1e-4);  // 144 products of values below 1, summed in fp32
 }
 
+TEST_CASE("implicit GEMM: the block tiles staged in shared memory give the direct warp tiles' bits") {
+  // The GPU kernels' loop (block_tile_model on a host: ForwardStage, WeightGradStage) against the
+  // plain statement of each product (warp_tile_model): the same products added in the same
+  // order, so the same bits, for partial tiles too (M = 70, N = 48; the weight gradient's K-steps
+  // run over the 70 pixels, the last one partly past them).
+  mgpu::Rng rng(47);
+  const ImageShape xs{32, 2, 5, 7};
+  const int N = 48, M = xs.batch * xs.height * xs.width, K = 9 * xs.channels;
+  std::vector<std::uint16_t> x16(std::size_t(M) * xs.channels), w16(std::size_t(N) * K);
+  for (auto& v : x16) v = bf16(float(2 * rng.uniform() - 1));
+  for (auto& v : w16) v = bf16(float(2 * rng.uniform() - 1));
+  const std::vector<float> dz = testing::random_floats(std::size_t(N) * M, rng);
+  tc::ConvGemm g{};
+  g.x16 = x16.data(), g.w16 = w16.data(), g.dz = dz.data();
+  g.batch = xs.batch, g.height = g.out_height = xs.height, g.width = g.out_width = xs.width;
+  g.in_channels = xs.channels, g.out_channels = N, g.kernel = 3, g.padding = 1;
+  g.m = M, g.n = N, g.k = K;
+  using Warp = tc::WarpAccumulators[tc::kWarp];
+  using Block = tc::WarpAccumulators[tc::kWarpsPerBlock][tc::kWarp];
+
+  // The forward product: z [N][M].
+  std::vector<float> direct(std::size_t(N) * M, -7.0f), staged(std::size_t(N) * M, -9.0f);
+  g.out = direct.data();
+  for (int row0 = 0; row0 < M; row0 += tc::kWarpTileM)
+    for (int col0 = 0; col0 < N; col0 += tc::kWarpTileN) {
+      Warp acc = {};
+      tc::warp_tile_model<tc::ForwardOperands>(g, row0, col0, 0, K, acc);
+      for (int lane = 0; lane < tc::kWarp; ++lane) tc::store_forward(g, acc[lane], row0, col0, lane);
+    }
+  g.out = staged.data();
+  for (int m0 = 0; m0 < M; m0 += tc::kBlockTileM)
+    for (int n0 = 0; n0 < N; n0 += tc::kBlockTileN) {
+      Block acc = {};
+      tc::block_tile_model(tc::ForwardStage{g, m0, n0}, 0, K, acc);
+      for (int w = 0; w < tc::kWarpsPerBlock; ++w)
+        for (int lane = 0; lane < tc::kWarp; ++lane)
+          tc::store_forward(g, acc[w][lane], m0 + w / 2 * tc::kWarpTileM, n0 + w % 2 * tc::kWarpTileN, lane);
+    }
+  CHECK(std::count(direct.begin(), direct.end(), -7.0f) == 0);  // every element written
+  CHECK(staged == direct);
+
+  // The weight gradient: dW [N][Cin][3][3], added to zeros.
+  std::vector<float> dW_direct(std::size_t(N) * K, 0.0f), dW_staged(std::size_t(N) * K, 0.0f);
+  g.out = dW_direct.data();
+  for (int co0 = 0; co0 < N; co0 += tc::kWarpTileM)
+    for (int kk0 = 0; kk0 < K; kk0 += tc::kWarpTileN) {
+      Warp acc = {};
+      tc::warp_tile_model<tc::WeightGradOperands>(g, co0, kk0, 0, M, acc);
+      for (int lane = 0; lane < tc::kWarp; ++lane) tc::add_weight_grad(g, acc[lane], co0, kk0, lane);
+    }
+  g.out = dW_staged.data();
+  for (int co0 = 0; co0 < N; co0 += tc::kBlockTileM)
+    for (int kk0 = 0; kk0 < K; kk0 += tc::kBlockTileN) {
+      Block acc = {};
+      tc::block_tile_model(tc::WeightGradStage{g, co0, kk0}, 0, M, acc);
+      for (int w = 0; w < tc::kWarpsPerBlock; ++w)
+        for (int lane = 0; lane < tc::kWarp; ++lane)
+          tc::add_weight_grad(g, acc[w][lane], co0 + w / 2 * tc::kWarpTileM, kk0 + w % 2 * tc::kWarpTileN, lane);
+    }
+  CHECK(testing::has_nonzero(dW_direct));
+  CHECK(dW_staged == dW_direct);
+}
+
 TEST_CASE("implicit GEMM: forward, input and weight gradients equal chapter 09's on the bf16-rounded inputs") {
   mgpu::DeviceSet devices(1);
   const mgpu::Device& d = devices[0];

@@ -1,9 +1,9 @@
 // The tensor-core convolution of implicit_gemm.h: the instruction's host model, the layout
 // conversions, the two GEMM kernels and the launchers that chapter 09's table calls. What a lane
-// loads and stores is in the header (MGPU_HD, the same in both builds). In the cuda build a warp
-// runs warp_tile below with the real instruction; in the cpu build each warp tile is one index
-// of mgpu::for_each_index, run by warp_tile_model: the same loads and stores, mma_model for the
-// instruction, so chapter 09's `--kernels tensor` runs (and is tested) on any machine.
+// loads and stores is in the header (MGPU_HD, the same in both builds). In the cuda build a block
+// runs block_tile below with the real instruction; in the cpu build each block tile is one index
+// of mgpu::for_each_index, run by block_tile_model: the same staging, fragments and stores, with
+// mma_model for the instruction, so chapter 09's `--kernels tensor` runs (and is tested) anywhere.
 #include "implicit_gemm.h"
 
 #include <algorithm>
@@ -96,42 +96,10 @@ __device__ inline void mma_bf16(const FragA& a, const FragB& b, FragC& c) {
 #endif
 }
 
-// warp_tile_model's loop as one warp runs it: each lane loads its own fragments, the warp
-// multiplies together. A's fragments serve the 4 column tiles, B's the 2 row tiles.
-template <class Operands>
-__device__ void warp_tile(const ConvGemm& g, int row0, int col0, int k_first, int k_last, WarpAccumulators& acc) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  for (int k0 = k_first; k0 < k_last; k0 += kMmaK) {
-    FragA a[kTilesM];
-    FragB b[kTilesN];
-    for (int tm = 0; tm < kTilesM; ++tm) a[tm] = load_a<Operands>(g, row0 + tm * kMmaM, k0, lane);
-    for (int tn = 0; tn < kTilesN; ++tn) b[tn] = load_b<Operands>(g, k0, col0 + tn * kMmaN, lane);
-    for (int tm = 0; tm < kTilesM; ++tm)
-      for (int tn = 0; tn < kTilesN; ++tn) mma_bf16(a[tm], b[tn], acc.c[tm][tn]);
-  }
-}
-
 // Where warp w of a block sits in the block's 64 x 64 tile: 2 x 2 warps of 32 x 32.
 __device__ inline int warp_row() { return static_cast<int>(threadIdx.x) / kWarp / 2 * kWarpTileM; }
 __device__ inline int warp_col() { return static_cast<int>(threadIdx.x) / kWarp % 2 * kWarpTileN; }
 #endif
-
-// Adds a warp's weight-gradient tile (rows: output channels, columns: kk) into dW, one lane.
-// On a GPU several blocks (the pixels' slices) add into the same dW: atomically.
-MGPU_HD inline void add_weight_grad(const ConvGemm& g, const WarpAccumulators& acc, int co0, int kk0, int lane) {
-  for (int tm = 0; tm < kTilesM; ++tm)
-    for (int tn = 0; tn < kTilesN; ++tn)
-      for (int i = 0; i < 4; ++i) {
-        const RowCol p = c_position(lane, i);
-        const int co = co0 + tm * kMmaM + p.row, kk = kk0 + tn * kMmaN + p.col;
-        if (co >= g.n || kk >= g.k) continue;
-#ifdef __CUDA_ARCH__
-        atomicAdd(&g.out[weight_index(g, co, kk)], acc.c[tm][tn].v[i]);
-#else
-        g.out[weight_index(g, co, kk)] += acc.c[tm][tn].v[i];
-#endif
-      }
-}
 
 // ---- The kernels (cuda) and their functors (cpu)
 
@@ -144,30 +112,44 @@ __global__ void filter_kernel(FilterArgs a) {
   const int idx = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (idx < a.count) filter_element(a, idx);
 }
+// A block's loop: K-steps [k_first, k_last), staged by `stage`, each warp's 2 x 4 instructions
+// on its 32 x 32 part of the block's tile (block_tile_model is this loop on a host).
+template <class Stage>
+__device__ void block_tile(const Stage& stage, int k_first, int k_last, StagedTiles& tiles, WarpAccumulators& acc) {
+  const int t = static_cast<int>(threadIdx.x), lane = t % kWarp;
+  for (int k0 = k_first; k0 < k_last; k0 += kMmaK) {
+    stage(k0, t, tiles);
+    __syncthreads();  // the whole tile staged before any warp reads it
+    FragA a[kTilesM];
+    FragB b[kTilesN];
+    for (int tm = 0; tm < kTilesM; ++tm) a[tm] = staged_a(tiles, warp_row() + tm * kMmaM, lane);
+    for (int tn = 0; tn < kTilesN; ++tn) b[tn] = staged_b(tiles, warp_col() + tn * kMmaN, lane);
+    for (int tm = 0; tm < kTilesM; ++tm)
+      for (int tn = 0; tn < kTilesN; ++tn) mma_bf16(a[tm], b[tn], acc.c[tm][tn]);
+    __syncthreads();  // every warp done reading before the next K-step overwrites the tiles
+  }
+}
+
 // z^T = A B: block (bx, by) computes rows [64 bx, 64 bx + 64) and columns [64 by, ...).
 __global__ void forward_kernel(ConvGemm g) {
+  __shared__ StagedTiles tiles;
+  const int m0 = static_cast<int>(blockIdx.x) * kBlockTileM, n0 = static_cast<int>(blockIdx.y) * kBlockTileN;
   WarpAccumulators acc{};
-  const int row0 = static_cast<int>(blockIdx.x) * kBlockTileM + warp_row();
-  const int col0 = static_cast<int>(blockIdx.y) * kBlockTileN + warp_col();
-  if (row0 >= g.m || col0 >= g.n) return;  // a warp wholly outside (the last blocks)
-  warp_tile<ForwardOperands>(g, row0, col0, 0, g.k, acc);
-  store_forward(g, acc, row0, col0, static_cast<int>(threadIdx.x) % kWarp);
+  block_tile(ForwardStage{g, m0, n0}, 0, g.k, tiles, acc);
+  store_forward(g, acc, m0 + warp_row(), n0 + warp_col(), static_cast<int>(threadIdx.x) % kWarp);
 }
 // dW += dz A over the pixels [z * chunk, (z + 1) * chunk): blockIdx.z is the slice.
 __global__ void weight_grad_kernel(ConvGemm g, int chunk) {
-  WarpAccumulators acc{};
-  const int co0 = static_cast<int>(blockIdx.x) * kBlockTileM + warp_row();
-  const int kk0 = static_cast<int>(blockIdx.y) * kBlockTileN + warp_col();
-  if (co0 >= g.n || kk0 >= g.k) return;
+  __shared__ StagedTiles tiles;
+  const int co0 = static_cast<int>(blockIdx.x) * kBlockTileM, kk0 = static_cast<int>(blockIdx.y) * kBlockTileN;
   const int first = static_cast<int>(blockIdx.z) * chunk;
-  warp_tile<WeightGradOperands>(g, co0, kk0, first, std::min(first + chunk, g.m), acc);
-  add_weight_grad(g, acc, co0, kk0, static_cast<int>(threadIdx.x) % kWarp);
+  WarpAccumulators acc{};
+  block_tile(WeightGradStage{g, co0, kk0}, first, std::min(first + chunk, g.m), tiles, acc);
+  add_weight_grad(g, acc, co0 + warp_row(), kk0 + warp_col(), static_cast<int>(threadIdx.x) % kWarp);
 }
 #else
-// The cpu build's grid: one warp tile of 32 x 32 per index, row tiles fastest.
-int warp_tiles(int rows, int cols) {
-  return ((rows + kWarpTileM - 1) / kWarpTileM) * ((cols + kWarpTileN - 1) / kWarpTileN);
-}
+// The cpu build's grids: tiles of `tile` that cover `count`.
+int blocks_of(int count, int tile) { return (count + tile - 1) / tile; }
 struct ChannelsLastKernel {
   ChannelsLastArgs a;
   void operator()(i64 idx) const { channels_last_element(a, static_cast<int>(idx)); }
@@ -176,26 +158,30 @@ struct FilterKernel {
   FilterArgs a;
   void operator()(i64 idx) const { filter_element(a, static_cast<int>(idx)); }
 };
-// One warp tile per index, as the GPU's warps (row tiles fastest), run by the host model.
+// One block tile per index, as the GPU's blocks (row tiles fastest), run by the host model.
 struct ForwardTiles {
   ConvGemm g;
   void operator()(i64 idx) const {
-    const int row_tiles = (g.m + kWarpTileM - 1) / kWarpTileM;
-    const int row0 = static_cast<int>(idx % row_tiles) * kWarpTileM, col0 = static_cast<int>(idx / row_tiles) * kWarpTileN;
-    WarpAccumulators acc[kWarp] = {};
-    warp_tile_model<ForwardOperands>(g, row0, col0, 0, g.k, acc);
-    for (int lane = 0; lane < kWarp; ++lane) store_forward(g, acc[lane], row0, col0, lane);
+    const int row_tiles = blocks_of(g.m, kBlockTileM);
+    const int m0 = static_cast<int>(idx % row_tiles) * kBlockTileM, n0 = static_cast<int>(idx / row_tiles) * kBlockTileN;
+    WarpAccumulators acc[kWarpsPerBlock][kWarp] = {};
+    block_tile_model(ForwardStage{g, m0, n0}, 0, g.k, acc);
+    for (int w = 0; w < kWarpsPerBlock; ++w)
+      for (int lane = 0; lane < kWarp; ++lane)
+        store_forward(g, acc[w][lane], m0 + w / 2 * kWarpTileM, n0 + w % 2 * kWarpTileN, lane);
   }
 };
-// The weight gradient's tiles, each over all the pixels: no two indices add into the same dW.
+// The weight gradient's block tiles, each over all the pixels: no two indices add into the same dW.
 struct WeightGradTiles {
   ConvGemm g;
   void operator()(i64 idx) const {
-    const int row_tiles = (g.n + kWarpTileM - 1) / kWarpTileM;
-    const int co0 = static_cast<int>(idx % row_tiles) * kWarpTileM, kk0 = static_cast<int>(idx / row_tiles) * kWarpTileN;
-    WarpAccumulators acc[kWarp] = {};
-    warp_tile_model<WeightGradOperands>(g, co0, kk0, 0, (g.m + kMmaK - 1) / kMmaK * kMmaK, acc);
-    for (int lane = 0; lane < kWarp; ++lane) add_weight_grad(g, acc[lane], co0, kk0, lane);
+    const int row_tiles = blocks_of(g.n, kBlockTileM);
+    const int co0 = static_cast<int>(idx % row_tiles) * kBlockTileM, kk0 = static_cast<int>(idx / row_tiles) * kBlockTileN;
+    WarpAccumulators acc[kWarpsPerBlock][kWarp] = {};
+    block_tile_model(WeightGradStage{g, co0, kk0}, 0, g.m, acc);
+    for (int w = 0; w < kWarpsPerBlock; ++w)
+      for (int lane = 0; lane < kWarp; ++lane)
+        add_weight_grad(g, acc[w][lane], co0 + w / 2 * kWarpTileM, kk0 + w % 2 * kWarpTileN, lane);
   }
 };
 #endif
@@ -251,7 +237,7 @@ void forward_product(const Device& d, ConvGemm g) {
   const dim3 grid(blocks_for(g.m, kBlockTileM), blocks_for(g.n, kBlockTileN));
   launch_timed(d, "ImplicitGemmForward", 0, [&] { forward_kernel<<<grid, kWarp * kWarpsPerBlock, 0, d.stream>>>(g); });
 #else
-  mgpu::for_each_index(d, warp_tiles(g.m, g.n), ForwardTiles{g}, 0);
+  mgpu::for_each_index(d, i64(blocks_of(g.m, kBlockTileM)) * blocks_of(g.n, kBlockTileN), ForwardTiles{g}, 0);
 #endif
 }
 
@@ -266,7 +252,7 @@ void weight_grad_product(const Device& d, ConvGemm g) {
   launch_timed(d, "ImplicitGemmWeightGrad", 0,
                [&] { weight_grad_kernel<<<grid, kWarp * kWarpsPerBlock, 0, d.stream>>>(g, chunk); });
 #else
-  mgpu::for_each_index(d, warp_tiles(g.n, g.k), WeightGradTiles{g}, 0);
+  mgpu::for_each_index(d, i64(blocks_of(g.n, kBlockTileM)) * blocks_of(g.k, kBlockTileN), WeightGradTiles{g}, 0);
 #endif
 }
 

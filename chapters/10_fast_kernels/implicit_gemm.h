@@ -30,6 +30,7 @@
 // on a CPU, under the sanitizers, and is checked against chapter 09's convolution.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "../06_mixed_precision/formats.h"  // mixed::to_bf16, from_bf16: chapter 06's rounding, bit for bit
 #include "kernels.h"                         // index_count, Device, ConvShape, ImageShape
@@ -225,6 +226,161 @@ void warp_tile_model(const ConvGemm& g, int row0, int col0, int k_first, int k_l
         }
         mma_model(a, b, c);
         for (int lane = 0; lane < kWarp; ++lane) acc[lane].c[tm][tn] = c[lane];
+      }
+}
+
+// ---- The products on a GPU: the block's tiles staged in shared memory -------------------------
+//
+// In warp_tile_model's loop each lane gathers its own 8 values of A with a pixel's and a tap's
+// divisions for every one of them, and the warps of a block gather the same rows again: a GPU
+// would spend its time on that index arithmetic, not on the instruction (README, "The tensor
+// cores"). So the GPU's kernels stage: the 128 threads of a block copy the K-step's 64 x 16 block
+// of A and 16 x 64 block of B into shared memory first, each thread one 16-byte piece of each
+// (8 bf16: 8 channels of one pixel and tap), and the warps then read their fragments from there.
+// warp_tile_model stays as the plain statement of the product, which the staged version is
+// checked against bit for bit.
+constexpr int kBlockThreads = kWarp * kWarpsPerBlock;  // 128
+constexpr int kPiece = 8;                              // bf16 values a thread copies at once: 16 bytes
+// A row of a staged tile: the K-step's 16 values and 8 of padding, so that the 32 lanes reading a
+// fragment (rows g, columns 2p) hit 32 different banks: row r starts at word 12 r.
+constexpr int kStagedRow = kMmaK + 8;
+struct alignas(16) StagedTiles {
+  std::uint16_t a[kBlockTileM][kStagedRow];  // A's rows m0 .. m0+63, the K-step's 16 columns
+  std::uint16_t b[kBlockTileN][kStagedRow];  // B's columns n0 .. n0+63 (one row each), the K-step's 16 rows
+};
+struct Piece {  // 8 bf16, copied as one 16-byte access
+  std::uint16_t v[kPiece];
+};
+MGPU_HD inline Piece load_piece(const std::uint16_t* p) {
+#ifdef __CUDA_ARCH__
+  const uint4 word = *reinterpret_cast<const uint4*>(p);  // p is 16-byte aligned: see the stages below
+  Piece piece;
+  std::memcpy(&piece, &word, sizeof piece);
+  return piece;
+#else
+  Piece piece;
+  std::memcpy(&piece, p, sizeof piece);
+  return piece;
+#endif
+}
+MGPU_HD inline void store_piece(std::uint16_t* p, const Piece& piece) {
+#ifdef __CUDA_ARCH__
+  uint4 word;
+  std::memcpy(&word, &piece, sizeof word);
+  *reinterpret_cast<uint4*>(p) = word;  // p is 16-byte aligned: a staged row is 48 bytes
+#else
+  std::memcpy(p, &piece, sizeof piece);
+#endif
+}
+
+// A's 8 values at (pixel m, K index first .. first+7): 8 channels of one tap (Cin is a multiple
+// of 16, first of 8), one 16-byte read; zeros in the padding and past M or K.
+MGPU_HD inline Piece gathered_piece(const ConvGemm& g, int m, int first) {
+  Piece a{};
+  if (m >= g.m || first >= g.k) return a;
+  const int c = first % g.in_channels, tap = first / g.in_channels;
+  const int ox = m % g.out_width, oy = (m / g.out_width) % g.out_height, b = m / (g.out_width * g.out_height);
+  const int y = oy + tap / g.kernel - g.padding, x = ox + tap % g.kernel - g.padding;
+  if (y >= 0 && y < g.height && x >= 0 && x < g.width)
+    a = load_piece(g.x16 + ((b * g.height + y) * g.width + x) * g.in_channels + c);
+  return a;
+}
+
+// Thread t's share of staging a K-step: what forward_kernel's and weight_grad_kernel's threads
+// each copy before the barrier. Every address read is 16-byte aligned: channels and K are
+// multiples of 16, and each tensor starts on a 16-byte line.
+//
+// The forward product at block (m0, n0), K-step k0: A's row t / 2 (pixel m0 + t / 2), its K
+// columns 8 (t % 2) onwards; B's row (filter n0 + t / 2), the same 8 columns.
+struct ForwardStage {
+  ConvGemm g;
+  int m0, n0;
+  MGPU_HD void operator()(int k0, int t, StagedTiles& tiles) const {
+    const int row = t / 2, half = kPiece * (t % 2);
+    store_piece(&tiles.a[row][half], gathered_piece(g, m0 + row, k0 + half));
+    Piece b{};
+    if (n0 + row < g.n) b = load_piece(g.w16 + (n0 + row) * g.k + k0 + half);
+    store_piece(&tiles.b[row][half], b);
+  }
+};
+// The weight gradient at block (co0, kk0), K-step m0 (16 pixels): A's row t / 2 (output channel
+// co0 + t / 2), dz at pixels m0 + 8 (t % 2) .. +7, rounded to bf16; B's 16 pixels x 64 columns
+// as 128 pieces along K: pixel m0 + t / 8, columns kk0 + 8 (t % 8) .. +7, stored turned ([kk][m]).
+struct WeightGradStage {
+  ConvGemm g;
+  int co0, kk0;
+  MGPU_HD void operator()(int m0, int t, StagedTiles& tiles) const {
+    const int row = t / 2, half = kPiece * (t % 2), co = co0 + row;
+    Piece a{};
+    for (int i = 0; i < kPiece; ++i) {
+      const int m = m0 + half + i;
+      if (co < g.n && m < g.m) a.v[i] = mixed::to_bf16(g.dz[co * g.m + m]);
+    }
+    store_piece(&tiles.a[row][half], a);
+    const int pixel = t / 8, column = kPiece * (t % 8);
+    const Piece b = gathered_piece(g, m0 + pixel, kk0 + column);
+    for (int i = 0; i < kPiece; ++i) tiles.b[column + i][pixel] = b.v[i];
+  }
+};
+
+// A lane's fragments of the staged tiles: A's 16 x 16 block at the tile's row r0, B's 16 x 8 at column c0.
+MGPU_HD inline FragA staged_a(const StagedTiles& tiles, int r0, int lane) {
+  FragA f;
+  for (int i = 0; i < 8; ++i) {
+    const RowCol p = a_position(lane, i);
+    f.v[i] = tiles.a[r0 + p.row][p.col];
+  }
+  return f;
+}
+MGPU_HD inline FragB staged_b(const StagedTiles& tiles, int c0, int lane) {
+  FragB f;
+  for (int i = 0; i < 4; ++i) {
+    const RowCol p = b_position(lane, i);  // (k, n)
+    f.v[i] = tiles.b[c0 + p.col][p.row];
+  }
+  return f;
+}
+
+// A block's 64 x 64 tile on a host: the kernels' loop over K-steps [k_first, k_last), its 128
+// threads' staging run one after the other (the barrier between staging and reading is the
+// loop's order here) and mma_model for the instruction; acc[w][lane] gets warp w's results
+// (warp w: rows 32 (w / 2), columns 32 (w % 2) of the tile). Stage: ForwardStage or WeightGradStage.
+template <class Stage>
+void block_tile_model(const Stage& stage, int k_first, int k_last, WarpAccumulators acc[kWarpsPerBlock][kWarp]) {
+  StagedTiles tiles;
+  FragA a[kWarp];
+  FragB b[kWarp];
+  FragC c[kWarp];
+  for (int k0 = k_first; k0 < k_last; k0 += kMmaK) {
+    for (int t = 0; t < kBlockThreads; ++t) stage(k0, t, tiles);
+    for (int w = 0; w < kWarpsPerBlock; ++w)
+      for (int tm = 0; tm < kTilesM; ++tm)
+        for (int tn = 0; tn < kTilesN; ++tn) {
+          for (int lane = 0; lane < kWarp; ++lane) {
+            a[lane] = staged_a(tiles, w / 2 * kWarpTileM + tm * kMmaM, lane);
+            b[lane] = staged_b(tiles, w % 2 * kWarpTileN + tn * kMmaN, lane);
+            c[lane] = acc[w][lane].c[tm][tn];
+          }
+          mma_model(a, b, c);
+          for (int lane = 0; lane < kWarp; ++lane) acc[w][lane].c[tm][tn] = c[lane];
+        }
+  }
+}
+
+// The weight gradient's epilogue, one lane: dW[co][ci][ky][kx] += its values, for the rows and
+// columns that exist. On a GPU several blocks (the pixels' slices) add into the same dW: atomically.
+MGPU_HD inline void add_weight_grad(const ConvGemm& g, const WarpAccumulators& acc, int co0, int kk0, int lane) {
+  for (int tm = 0; tm < kTilesM; ++tm)
+    for (int tn = 0; tn < kTilesN; ++tn)
+      for (int i = 0; i < 4; ++i) {
+        const RowCol p = c_position(lane, i);
+        const int co = co0 + tm * kMmaM + p.row, kk = kk0 + tn * kMmaN + p.col;
+        if (co >= g.n || kk >= g.k) continue;
+#ifdef __CUDA_ARCH__
+        atomicAdd(&g.out[weight_index(g, co, kk)], acc.c[tm][tn].v[i]);
+#else
+        g.out[weight_index(g, co, kk)] += acc.c[tm][tn].v[i];
+#endif
       }
 }
 
