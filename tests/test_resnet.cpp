@@ -290,7 +290,7 @@ class RoundedReference : public nn::LayerKernels {
 
 TEST_CASE("layer kernels: three SGD steps with every registered table follow the reference's parameters") {
   // 09_resnet --kernels NAME runs the network's convolutions and BatchNorm through a table a later
-  // chapter registered (layers.h); this suite links chapter 10's ("raw" and "tiled"). Each must
+  // chapter registered (layers.h); this suite links chapter 10's ("raw", "tiled", "tensor"). Each must
   // compute what the reference computes: raw's im2col, col2im and apply give the same bits, its
   // sums add in another order; tiled's dW is summed tile by tile. So the runs part by rounding
   // only. Weights scaled up as in the SyncBN test above, so that rounding does not grow into a
@@ -308,7 +308,7 @@ TEST_CASE("layer kernels: three SGD steps with every registered table follow the
   } restore;
   REQUIRE(&nn::layer_kernels() == &nn::reference_kernels());  // what every other test here relies on
   const std::vector<const nn::LayerKernels*> tables = nn::registered_layer_kernels();
-  REQUIRE(tables.size() >= 3);  // the reference, chapter 10's raw and tiled
+  REQUIRE(tables.size() >= 4);  // the reference, chapter 10's raw, tiled and tensor
   const HostBatch b = random_batch(8, 37);
   for (const nn::LayerKernels* table : tables) {
     if (table == &nn::reference_kernels()) continue;

@@ -164,9 +164,11 @@ void global_avg_pool_backward(const Device& d, const float* dy, ImageShape xs, f
 // function of the same job, above (batch_norm_moments, which has none: this table's own
 // batch_norm_sums, then its batch_norm_square_sums). A later chapter derives from it, overrides the jobs it does faster,
 // and registers an instance (register_layer_kernels); 09_resnet --kernels NAME then runs it.
-// Chapter 10 registers "raw" (raw CUDA kernels for im2col, col2im and BatchNorm) and "tiled" (the
+// Chapter 10 registers "raw" (raw CUDA kernels for im2col, col2im and BatchNorm), "tiled" (the
 // convolution a few images at a time, each slice's col in cache; BatchNorm's sums block by block,
-// the statistics in one read); this chapter knows neither. Every table computes the same functions: a faster one is checked against this one.
+// the statistics in one read) and "tensor" (raw, with the 3x3 convolutions as an implicit GEMM in
+// bf16 on tensor cores); this chapter knows none of them. Every table computes the same functions:
+// a faster one is checked against this one (tensor's on inputs rounded to bf16, as it reads them).
 struct ConvScratch {  // a convolution's scratch: `floats` floats at `data`
   float* data;
   std::int64_t floats;
