@@ -31,6 +31,8 @@ expect_exit(09_resnet allreduce_bad 2 stderr "--allreduce: tree not in \\{ring,n
 expect_exit(09_resnet precision_bad 2 stderr "--precision: fp16 not in \\{fp32,tf32,bf16\\}" --precision fp16)
 expect_exit(09_resnet profile_bad   2 stderr "--profile: 1 not in \\{on,off\\}" --profile 1)
 expect_exit(09_resnet kernels_bad   2 stderr "--kernels: fast not in \\{reference,raw,tiled,tensor\\}" --kernels fast)
+expect_exit(09_resnet graph_bad     2 stderr "--graph: yes not in \\{on,off\\}" --graph yes)
+expect_exit(09_resnet graph_devices 2 stderr "--graph on records one device's step: it runs with --devices 1 \\(got 2\\)" --graph on --devices 2)
 expect_exit(09_resnet kernels_precision 2 stderr "--kernels tensor multiplies its convolutions in bf16: add --precision bf16" --kernels tensor)
 # Chapter 10's tensor-core table end to end, one step (the host model on a CPU): no evaluation,
 # which the host model would take minutes over.

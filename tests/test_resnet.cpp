@@ -16,11 +16,15 @@
 #include "chapters/03_ring_allreduce/ring.h"
 #include "chapters/06_mixed_precision/formats.h"     // to_bf16: the tensor table's rounding, for its oracle
 #include "chapters/09_resnet/resnet.h"
+#include "chapters/09_resnet/train.h"
 #include "chapters/10_fast_kernels/implicit_gemm.h"  // which convolutions the tensor table takes
 #include "common/device.h"
+#include "common/fashion_mnist.h"
+#include "common/report.h"
 #include "common/random.h"
 #include "common/vector_ops.h"
 #include "helpers.h"
+#include "temp_dir.h"
 #include "resnet_model.h"
 
 namespace {
@@ -367,4 +371,48 @@ TEST_CASE("layer kernels: a replica with the tensor table holds less than with r
   MESSAGE("width 16, 64 images: a replica holds " << held[0] / 1e6 << " MB with raw, " << held[1] / 1e6
                                                   << " MB with tensor");
   CHECK(held[1] < held[0]);
+}
+
+TEST_CASE("graph: a recorded step replays the same arithmetic as the step queued kernel by kernel") {
+  // 09_resnet --graph on, as chapter 01's: full batches replay one recorded step (a CUDA graph on
+  // a GPU) after their shards are gathered; a warm-up epoch (its rate changes every step) and the
+  // short last batch run the usual way. The same kernels on the same buffers in the same order:
+  // the same bits. On the cpu backend both runs queue the same work (the bookkeeping is checked);
+  // on a GPU, the graph itself.
+  mgpu::FashionMnist data = mgpu::load_fashion_mnist("", /*limit_train=*/600);
+  data.test.count = 200;
+  data.test.pixels.resize(200u * 28 * 28);
+  data.test.labels.resize(200);
+  testing::TempDir out;
+  mgpu::Options o;
+  o.epochs = 2;
+  o.batch_size = 64;  // 600 = 9 x 64 + 24: a short last batch
+  o.warmup_epochs = 1;
+  o.lr = 0.1f;
+  o.out = out.path.string();
+  mgpu::DeviceSet devices(1);
+  resnet::ResnetOptions ro;
+  ro.width = 2;
+  ro.kernels = &nn::reference_kernels();
+  auto run = [&](bool graph, long* replays) {
+    ro.graph = graph;
+    mgpu::TrainingLog log("09_resnet", graph ? "graph_on" : "graph_off", o, {}, 1, data.train.count);
+    resnet::train(devices, data, o, ro, log, replays);
+    return log.records();
+  };
+  long replays_on = -1, replays_off = -1;
+  const std::vector<mgpu::EpochRecord> on = run(true, &replays_on), off = run(false, &replays_off);
+  REQUIRE(on.size() == 2);
+  REQUIRE(off.size() == 2);
+  for (std::size_t e = 0; e < 2; ++e) {
+    CHECK(on[e].train_loss == off[e].train_loss);
+    CHECK(on[e].train_acc == off[e].train_acc);
+    CHECK(on[e].test_acc == off[e].test_acc);
+  }
+  CHECK(on[1].train_loss != on[0].train_loss);  // it trained
+  CHECK(replays_on == 9);  // epoch 2's full batches; epoch 1 warms up
+  CHECK(replays_off == 0);
+  ro.graph = true;
+  CHECK(resnet::check_graph(ro, 1).empty());
+  CHECK(resnet::check_graph(ro, 2).find("--devices 1") != std::string::npos);
 }

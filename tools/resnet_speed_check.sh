@@ -13,7 +13,8 @@
 #   4. sanitizer  compute-sanitizer memcheck and racecheck over test_implicit_gemm's small cases
 #   5. profile    one training step of 256 images, kernel by kernel, with raw and with tensor
 #   6. runs       09_resnet with d2l's recipe: fp32, tf32, bf16 on raw's kernels and bf16 on
-#                 tensor's; the PyTorch twin (chapter 09's resnet_torch.py) in fp32, tf32, bf16.
+#                 tensor's, queued and as one CUDA graph a step (--graph on); the PyTorch twin
+#                 (chapter 09's resnet_torch.py) in fp32, tf32, bf16.
 #                 The two bf16 runs that are compared for accuracy train 10 epochs, the others
 #                 --epochs (default 4): seconds per epoch are the mean of epoch 2 onwards
 #   7. table      printed last: seconds per epoch, peak memory (the programs' own count:
@@ -114,8 +115,8 @@ for kernels in raw tensor; do
 done
 
 # 6. the runs: ours, then the twin's, one after another
-ours() {  # name epochs precision kernels
-  step "ours_$1" "$bin/09_resnet" --epochs "$2" --precision "$3" --kernels "$4" --progress off \
+ours() {  # name epochs precision kernels [more flags]
+  step "ours_$1" "$bin/09_resnet" --epochs "$2" --precision "$3" --kernels "$4" "${@:5}" --progress off \
     --out "$out_dir/csv" --run-name "ours_$1"
 }
 twin() {  # name epochs precision
@@ -123,6 +124,7 @@ twin() {  # name epochs precision
     --precision "$3" --out "$out_dir/csv" --run-name "twin_$1"
 }
 ours bf16_tensor 10 bf16 tensor
+ours bf16_tensor_graph "$epochs" bf16 tensor --graph on
 twin bf16 10 bf16
 ours bf16_raw "$epochs" bf16 raw
 ours tf32_raw "$epochs" tf32 raw

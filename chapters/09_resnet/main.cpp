@@ -36,6 +36,10 @@ void say_network(const resnet::ResnetOptions& ro) {
               ro.bn == resnet::BatchNormMode::Sync ? "synchronized over all devices (SyncBN)"
                                                    : "per device (as d2l's nn.DataParallel)",
               resnet::name_of(ro.collective).c_str(), gemms.c_str(), kernels.c_str());
+  if (ro.graph)
+    std::printf("each full batch's step: %s\n", mgpu::kCudaBackend
+                                                   ? "recorded once as a CUDA graph, then replayed (--graph on)"
+                                                   : "replayed (--graph on; the cpu backend has no launch cost to save)");
 }
 
 // --profile on: one training step, device 0's kernels one by one, before training.
@@ -63,7 +67,8 @@ mgpu::RunSettings run_settings(const mgpu::Options& o, const resnet::ResnetOptio
                    {"precision", mgpu::to_string(mgpu::precision_in_this_build(ro.precision)),
                     mgpu::to_string(d.precision)},
                    {"kernels", ro.kernels->name(), d.kernels->name()},
-                   {"profile", ro.profile ? "on" : "off", "off"}});
+                   {"profile", ro.profile ? "on" : "off", "off"},
+                   {"graph", ro.graph ? "on" : "off", "off"}});
   return settings;
 }
 
@@ -77,6 +82,8 @@ int main(int argc, char** argv) {
   if (const std::string why = resnet::resolve_collective(ro, o.devices); !why.empty())
     mgpu::refuse_command_line(kChapter.name, why);
   if (const std::string why = resnet::check_kernels_precision(ro); !why.empty())
+    mgpu::refuse_command_line(kChapter.name, why);
+  if (const std::string why = resnet::check_graph(ro, o.devices); !why.empty())
     mgpu::refuse_command_line(kChapter.name, why);
   return mgpu::run_or_report(kChapter.name, [&] {
     const mgpu::DeviceSet devices(o.devices);

@@ -85,10 +85,10 @@ void split_batch(std::vector<mgpu::DeviceData>& data, int first, int n, std::vec
     replicas[i].n = sizes[i];
 }
 
-// d2l's train_batch: forward and backward on every device, the gradients summed, the same SGD
-// step everywhere (lr / n: the loss is the batch's mean, as d2l's CrossEntropyLoss).
-void train_batch(Devices& s, std::vector<mgpu::DeviceData>& data, int first, int n, float lr) {
-  split_batch(data, first, n, s.replicas);
+// A step once its shards are in place: forward and backward on every device, the gradients
+// summed, the same SGD step everywhere (lr / n: the loss is the batch's mean, as d2l's
+// CrossEntropyLoss). Only queued work, the same every time for one n and lr: what --graph records.
+void compute_and_update(Devices& s, int n, float lr) {
   for (Replica& r : s.replicas) r.grads.zero();
   forward(s, /*training=*/true);
   loss(s, /*with_gradient=*/true);
@@ -98,6 +98,12 @@ void train_batch(Devices& s, std::vector<mgpu::DeviceData>& data, int first, int
   s.allreduce.run(grads, mgpu::Elements{std::size_t(s.net.param_floats)});
   for (Replica& r : s.replicas)
     mgpu::sgd_update(*r.device, r.params.data(), r.grads.data(), s.net.param_floats, lr / n);
+}
+
+// d2l's train_batch: the batch split over the devices, then the step.
+void train_batch(Devices& s, std::vector<mgpu::DeviceData>& data, int first, int n, float lr) {
+  split_batch(data, first, n, s.replicas);
+  compute_and_update(s, n, lr);
 }
 
 // Device 0's running statistics copied to every device: what evaluation normalizes with when
@@ -215,6 +221,9 @@ void add_resnet_flags(CLI::App& app, ResnetOptions& ro) {
       ->default_str(nn::default_layer_kernels().name());
   mgpu::add_on_off(app, "--profile", ro.profile,
                    "before training, time one step kernel by kernel on device 0 and print the table");
+  mgpu::add_on_off(app, "--graph", ro.graph,
+                   "record one training step and replay it for every full batch (a CUDA graph on a GPU: one "
+                   "launch a step; --devices 1 only)");
   app.add_option("--dump-step", ro.dump_step,
                  "run one training step on the first --batch-size images, write its tensors to DIR for "
                  "crosscheck.py, and stop")
@@ -243,8 +252,13 @@ std::string check_kernels_precision(const ResnetOptions& ro) {
          needs + " (or choose other --kernels)";
 }
 
+std::string check_graph(const ResnetOptions& ro, int devices) {
+  if (!ro.graph || devices == 1) return "";
+  return "--graph on records one device's step: it runs with --devices 1 (got " + std::to_string(devices) + ")";
+}
+
 void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-           const ResnetOptions& ro, mgpu::TrainingLog& log) {
+           const ResnetOptions& ro, mgpu::TrainingLog& log, long* replayed_steps) {
   const int k = devices.size();
   mgpu::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
@@ -265,7 +279,23 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
     for (Replica& r : replicas) r.metrics.reset();
     for (mgpu::DeviceData& dd : train_data) dd.order.upload(order);
   };
-  loop.step = [&](const mgpu::BatchOf& b) { train_batch(s, train_data, b.first, b.size, b.lr); };
+  // --graph on: the step recorded after the first one has run the usual way (that one also pays
+  // one-time set-up, which must not be recorded), then replayed for every step of the recorded
+  // size and rate; the shards are gathered before each replay (which examples: the one thing
+  // that changes). Other steps (a last short batch, warm-up rates) run the usual way.
+  std::unique_ptr<mgpu::CapturedWork> recorded;
+  long steps_done = 0, replays = 0;
+  loop.step = [&](const mgpu::BatchOf& b) {
+    const bool replay = ro.graph && b.size == o.batch_size && b.lr == o.lr && steps_done > 0;
+    ++steps_done;
+    if (!replay) return train_batch(s, train_data, b.first, b.size, b.lr);
+    split_batch(train_data, b.first, b.size, replicas);
+    if (!recorded)
+      recorded = std::make_unique<mgpu::CapturedWork>(*replicas[0].device,
+                                                      [&s, n = b.size, lr = b.lr] { compute_and_update(s, n, lr); });
+    recorded->replay();
+    ++replays;
+  };
   loop.synchronize = [&] { devices.synchronize(); };
   loop.train_metrics = [&] {
     mgpu::LossAndHits sum;
@@ -291,6 +321,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
     }
   };
   mgpu::train_epochs(o, data.train.count, o.batch_size, loop, &log);
+  if (replayed_steps) *replayed_steps = replays;
 }
 
 StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,

@@ -34,6 +34,7 @@ struct ResnetOptions {
   const nn::LayerKernels* kernels = &nn::default_layer_kernels();
   std::string dump_step;          // --dump-step DIR: one step written out for crosscheck.py
   bool profile = false;           // --profile on: one step, kernel by kernel, before training
+  bool graph = false;             // --graph on: one device's step recorded once, then replayed (a CUDA graph)
 };
 // Declares them on the program's CLI11 app (parse_command_line's own flags).
 void add_resnet_flags(CLI::App& app, ResnetOptions& ro);
@@ -43,10 +44,13 @@ std::string resolve_collective(ResnetOptions& ro, int devices);
 // Why the table of layer kernels cannot run at the chosen precision ("" if it can): a table whose
 // convolutions multiply in a precision of their own (chapter 10's tensor, bf16) needs that --precision.
 std::string check_kernels_precision(const ResnetOptions& ro);
+// Why --graph on cannot run on `devices` devices ("" if it can): it records one device's step.
+std::string check_graph(const ResnetOptions& ro, int devices);
 
-// Trains from init_params(o.seed) on `devices`; prints one line per epoch into `log`.
+// Trains from init_params(o.seed) on `devices`; prints one line per epoch into `log`. With
+// ro.graph, *replayed_steps (if given) says how many steps replayed the recorded one.
 void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const mgpu::Options& o,
-           const ResnetOptions& ro, mgpu::TrainingLog& log);
+           const ResnetOptions& ro, mgpu::TrainingLog& log, long* replayed_steps = nullptr);
 
 // Device 0's kernels during one training step on the first batch (after one untimed step that
 // warms up), as common/profile.h tables them; and the step's wall time without the profile.
