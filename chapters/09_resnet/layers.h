@@ -184,6 +184,9 @@ class LayerKernels {
   // chapter 10's tensor-core table rounds their inputs), or nullptr: the GEMMs' precision, as here.
   // 09_resnet runs such a table only with that --precision.
   virtual const char* convolution_precision() const { return nullptr; }
+  // Why this table cannot run on device d ("" if it can): chapter 10's tensor table on a GPU
+  // without bf16 tensor cores. 09_resnet asks before training.
+  virtual std::string unavailable_on(const Device&) const { return ""; }
 
   // Convolution (conv2d_forward, conv2d_backward). The reference's plan: im2col, then GEMMs.
   // Scratch floats conv_forward and conv_backward need for input xs on device d; callers hand

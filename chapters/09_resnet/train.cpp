@@ -47,6 +47,15 @@ std::unique_ptr<mgpu::Collective> make_collective(const mgpu::DeviceSet& devices
 // host's copy of the parameters, 11 GB, ended in a bare std::bad_alloc). Per device: a replica
 // for `capacity` images, the collective's staging (at most the parameters), the training and
 // test sets, and the epoch's order.
+// The chosen table of layer kernels made the library's, once it is known to run on every device
+// (chapter 10's tensor table needs bf16 tensor cores: mgpu::Error naming the GPU otherwise).
+void use_kernels(const mgpu::DeviceSet& devices, const ResnetOptions& ro) {
+  for (int i = 0; i < devices.size(); ++i)
+    if (const std::string why = ro.kernels->unavailable_on(devices[i]); !why.empty())
+      throw mgpu::Error(std::string("--kernels ") + ro.kernels->name() + ": " + why);
+  nn::use_layer_kernels(*ro.kernels);
+}
+
 void check_memory(const mgpu::DeviceSet& devices, const Network& net, int capacity, const mgpu::FashionMnist& data) {
   const std::size_t images = std::size_t(data.train.count) + std::size_t(data.test.count);
   const std::size_t per_device = std::size_t(Replica::bytes_needed(devices[0], net, capacity)) +
@@ -263,7 +272,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
   mgpu::check_batches_fit(data.train.count, o.batch_size, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  nn::use_layer_kernels(*ro.kernels);
+  use_kernels(devices, ro);
   const int capacity = mgpu::shard_sizes(mgpu::largest_batch(o.batch_size, data.train.count), k)[0];  // the largest shard
   check_memory(devices, net, capacity, data);
   std::vector<Replica> replicas = make_replicas(devices, net, capacity, init_params(net, o.seed), init_state(net));
@@ -330,7 +339,7 @@ StepProfile profile_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnis
   mgpu::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  nn::use_layer_kernels(*ro.kernels);
+  use_kernels(devices, ro);
   check_memory(devices, net, mgpu::shard_sizes(n, k)[0], data);
   std::vector<Replica> replicas =
       make_replicas(devices, net, mgpu::shard_sizes(n, k)[0], init_params(net, o.seed), init_state(net));
@@ -359,7 +368,7 @@ void dump_step(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, c
   mgpu::check_batches_fit(n, n, k);
   const Network net(ro.width);
   mgpu::set_gemm_precision(devices, ro.precision);
-  nn::use_layer_kernels(*ro.kernels);
+  use_kernels(devices, ro);
   const std::vector<int> sizes = mgpu::shard_sizes(n, k);
   check_memory(devices, net, sizes[0], data);
   const std::vector<float> params = init_params(net, o.seed), state = init_state(net);

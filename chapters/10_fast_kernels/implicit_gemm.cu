@@ -66,14 +66,9 @@ void launch_timed(const Device& d, const char* name, double bytes, Launch launch
   if (profile) profile->end(call);
 }
 
-// Tensor cores that execute mma.sync on bf16 came with sm_80 (A100). This build may hold code for
-// older GPUs too (CI compiles for sm_75): there the kernels below trap, so the launchers refuse first.
+// Refuses, by unsupported_reason's words, a GPU whose tensor cores cannot run the kernels below.
 void require_bf16_tensor_cores(const Device& d) {
-  int major = 0;
-  MGPU_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.gpu));
-  if (major < 8)
-    throw mgpu::Error("the tensor-core convolution needs a GPU of compute capability 8.0 or later (bf16 mma.sync); "
-                      "GPU " + std::to_string(d.gpu) + " is " + std::to_string(major) + ".x: use --kernels raw");
+  if (const std::string why = unsupported_reason(d); !why.empty()) throw mgpu::Error(why);
 }
 
 #if __CUDA_ARCH__ >= 800
@@ -92,7 +87,7 @@ __device__ inline void mma_bf16(const FragA& a, const FragB& b, FragC& c) {
       : "r"(pair_of(a.v[0], a.v[1])), "r"(pair_of(a.v[2], a.v[3])), "r"(pair_of(a.v[4], a.v[5])),
         "r"(pair_of(a.v[6], a.v[7])), "r"(pair_of(b.v[0], b.v[1])), "r"(pair_of(b.v[2], b.v[3])));
 #else
-  __trap();  // never launched: require_bf16_tensor_cores refuses these GPUs
+  __trap();  // never launched: the launchers refuse these GPUs (unsupported_reason)
 #endif
 }
 
@@ -257,6 +252,22 @@ void weight_grad_product(const Device& d, ConvGemm g) {
 }
 
 }  // namespace
+
+std::string unsupported_reason(const Device& d) {
+#if MGPU_CUDA
+  // Tensor cores that execute mma.sync on bf16 came with sm_80 (A100). This build may hold code
+  // for older GPUs too (CI compiles for sm_75): there the kernels trap, so nothing launches them.
+  int major = 0, minor = 0;
+  MGPU_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.gpu));
+  MGPU_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d.gpu));
+  if (major < 8)
+    return "the tensor-core convolution needs a GPU of compute capability 8.0 or later (bf16 mma.sync); GPU " +
+           std::to_string(d.gpu) + " is " + std::to_string(major) + "." + std::to_string(minor) + ": use --kernels raw";
+#else
+  (void)d;  // the host model runs anywhere
+#endif
+  return "";
+}
 
 bool takes(ImageShape xs, ConvShape c) {
   return c.kernel == 3 && c.stride == 1 && c.padding == 1 && xs.channels == c.in_channels && c.in_channels % 16 == 0 &&

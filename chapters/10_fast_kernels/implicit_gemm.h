@@ -31,6 +31,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "../06_mixed_precision/formats.h"  // mixed::to_bf16, from_bf16: chapter 06's rounding, bit for bit
 #include "kernels.h"                         // index_count, Device, ConvShape, ImageShape
@@ -385,6 +386,10 @@ MGPU_HD inline void add_weight_grad(const ConvGemm& g, const WarpAccumulators& a
 }
 
 // ---- The launchers: chapter 09's convolution jobs, for the shapes this path takes ------------
+
+// Why device d cannot run this path ("" if it can): a GPU before compute capability 8.0 (no bf16
+// mma.sync). A CPU always can (the host model). The launchers throw these words.
+std::string unsupported_reason(const Device& d);
 
 // Whether this path computes convolution c on input xs: 3x3, stride 1, padding 1, and channels
 // in and out multiples of 16 (a K-step of 16 then stays in one tap, and the weight gradient's

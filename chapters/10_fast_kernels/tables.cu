@@ -52,6 +52,7 @@ class TensorKernels : public RawKernels {
   const char* name() const override { return "tensor"; }
   bool preferred_in_this_build() const override { return false; }  // until a GPU has measured it
   const char* convolution_precision() const override { return "bf16"; }
+  std::string unavailable_on(const Device& d) const override { return tc::unsupported_reason(d); }
   i64 conv_scratch_floats(const Device& d, ImageShape xs, ConvShape c) const override {
     return tc::takes(xs, c) ? tc::scratch_floats(xs, c) : RawKernels::conv_scratch_floats(d, xs, c);
   }
