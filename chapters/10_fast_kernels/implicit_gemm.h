@@ -13,8 +13,9 @@
 // channels one K-step of 16 needs at one pixel and tap are then 32 contiguous bytes. The filters
 // are w16 [Cout][k][k][Cin] in bf16, each output channel's row in the order K walks. The output
 // z stays chapter 09's [Cout][B][Ho][Wo] in fp32, which its BatchNorm reads. The conversions
-// below turn chapter 09's fp32 [C][B][H][W] tensors into these (to_channels_last_bf16),
-// so the path plugs into chapter 09's network through its table of layer kernels as it is.
+// below turn chapter 09's fp32 [C][B][H][W] tensors into these (channels_last_element,
+// filter_element), so the path plugs into chapter 09's network through its table of layer
+// kernels as it is.
 //
 // The three products of a training step, all on the same tiles:
 //   forward         z[co][m]    = sum_kk A(m, kk) w[co][kk]                 (+ bias)
@@ -22,12 +23,13 @@
 //                   3x3 stride-1 layer, w'[ci][ky][kx][co] = w[co][ci][2-ky][2-kx], padding 2-p
 //   weight gradient dW[co][kk] += sum_m dz[co][m] A(m, kk)                    (K of this GEMM: M)
 //
-// How the code is cut, as the rest of this chapter (kernels.h): what one lane of a warp loads
-// and stores are MGPU_HD functions of plain indices (load_a, load_b, the epilogues); the
-// tensor core's multiply is one instruction on a GPU (mma_bf16, in implicit_gemm.cu) and, on a
-// host, mma_model: all 32 lanes' fragments in, the product out, arranged by the PTX ISA's tables
-// ("Matrix Fragments for mma.m16n8k16 with floating point type"). A whole warp's tile then runs
-// on a CPU, under the sanitizers, and is checked against chapter 09's convolution.
+// How the code is cut, as the rest of this chapter (kernels.h): what one thread copies and one
+// lane loads and stores are MGPU_HD functions of plain indices (the stages, the fragment loads,
+// the epilogues); the tensor core's multiply is one instruction on a GPU (mma_bf16, in
+// implicit_gemm.cu) and, on a host, mma_model: all 32 lanes' fragments in, the product out,
+// arranged by the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16 with floating point
+// type"). A whole block's tile then runs on a CPU, under the sanitizers, and is checked against
+// chapter 09's convolution.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -129,9 +131,9 @@ MGPU_HD inline void filter_element(const FilterArgs& a, int idx) {
 struct ConvGemm {
   const std::uint16_t* x16;  // [B][H][W][Cin] bf16: the input (the forward's x; the input gradient's dz)
   const std::uint16_t* w16;  // [Cout][k][k][Cin] bf16 (for the input gradient, the turned filters)
-  const float* dz;           // weight gradient only: [Cout'][B*Ho*Wo] fp32, read as bf16
+  const float* dz;           // weight gradient only: [Cout][B*Ho*Wo] fp32, read as bf16
   const float* bias;         // forward only: [Cout], or null
-  float* out;                // forward: z [Cout][B*Ho*Wo]; weight gradient: dW [Cout'][Cin][k][k] (added to)
+  float* out;                // forward: z [Cout][B*Ho*Wo]; weight gradient: dW [Cout][Cin][k][k] (added to)
   int batch, height, width, in_channels, out_channels, kernel, padding;  // stride 1
   int out_height, out_width;
   int m, n, k;  // the GEMM: M = B*Ho*Wo, N = Cout, K = k*k*Cin
@@ -209,9 +211,10 @@ MGPU_HD inline int weight_index(const ConvGemm& g, int co, int kk) {
   return (co * g.in_channels + ci) * g.kernel * g.kernel + tap;
 }
 
-// The whole of a warp's tile on a host: the loop a GPU warp runs (implicit_gemm.cu), with all 32
-// lanes' fragments loaded at each step and mma_model in place of the instruction. Over K-steps
-// [k_first, k_last) of 16 (the forward: all of K; the weight gradient: a slice of the pixels).
+// The plain statement of a warp's 32 x 32 tile, on a host: each lane loads its own fragments
+// straight from the tensors (load_a, load_b), all 32 lanes at each step, and mma_model multiplies.
+// Over K-steps [k_first, k_last) of 16 (the forward: all of K; the weight gradient: the pixels).
+// The staged version below, which the GPU runs, is checked against it bit for bit.
 template <class Operands>
 void warp_tile_model(const ConvGemm& g, int row0, int col0, int k_first, int k_last, WarpAccumulators acc[kWarp]) {
   FragA a[kWarp];
