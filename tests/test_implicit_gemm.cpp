@@ -273,7 +273,9 @@ TEST_CASE("implicit GEMM: forward, input and weight gradients equal chapter 09's
                          doctest::Contains("compute capability 8.0"), mgpu::Error);
     return;
   }
-  for (const auto& [xs, c] : tc_cases()) {
+  for (const auto& shape : tc_cases()) {  // no structured binding: CAPTURE is a lambda
+    const ImageShape xs = shape.first;
+    const ConvShape c = shape.second;
     CAPTURE(label(xs, c));
     REQUIRE(tc::takes(xs, c));
     const ImageShape zs = nn::conv_output_shape(xs, c);
@@ -340,7 +342,9 @@ TEST_CASE("implicit GEMM: shapes it does not take are left to raw's plan by the 
       {{16, 2, 8, 8}, {16, 24, 3, 1, 1}},  // 24 channels out
   };
   const nn::LayerKernels& table = fast::tensor_kernels();
-  for (const auto& [xs, c] : others) {
+  for (const auto& shape : others) {
+    const ImageShape xs = shape.first;
+    const ConvShape c = shape.second;
     CAPTURE(label(xs, c));
     CHECK_FALSE(tc::takes(xs, c));
     // The table hands them to the plan it derives from: raw's full-size col.

@@ -12,7 +12,7 @@
 #include "common/check.h"
 #include "common/gemm.h"      // db's product, as chapter 01's
 #include "common/parallel.h"  // the cpu build's for_each_index
-#include "common/profile.h"   // the cuda build's launches are timed by chapter 09's --profile
+#include "launch.h"           // the cuda build's blocks_for, global_index, launch_timed
 
 namespace fast::tc {
 
@@ -54,18 +54,6 @@ namespace {
 i64 aligned_halves(i64 halves) { return (halves + 7) / 8 * 8; }
 
 #if MGPU_CUDA
-unsigned blocks_for(int count, int threads) { return static_cast<unsigned>((count + threads - 1) / threads); }
-
-template <class Launch>
-void launch_timed(const Device& d, const char* name, double bytes, Launch launch) {
-  mgpu::KernelProfile* profile = mgpu::KernelProfile::of(d);
-  const int call = profile ? profile->begin(name, 0, bytes) : -1;
-  mgpu::activate(d);
-  launch();
-  MGPU_CHECK_CUDA(cudaGetLastError());
-  if (profile) profile->end(call);
-}
-
 // Refuses, by unsupported_reason's words, a GPU whose tensor cores cannot run the kernels below.
 void require_bf16_tensor_cores(const Device& d) {
   if (const std::string why = unsupported_reason(d); !why.empty()) throw mgpu::Error(why);
@@ -100,11 +88,11 @@ __device__ inline int warp_col() { return static_cast<int>(threadIdx.x) / kWarp 
 
 #if MGPU_CUDA
 __global__ void channels_last_kernel(ChannelsLastArgs a) {
-  const int idx = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int idx = global_index();
   if (idx < a.count) channels_last_element(a, idx);
 }
 __global__ void filter_kernel(FilterArgs a) {
-  const int idx = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int idx = global_index();
   if (idx < a.count) filter_element(a, idx);
 }
 // A block's loop: K-steps [k_first, k_last), staged by `stage`, each warp's 2 x 4 instructions
@@ -188,7 +176,7 @@ void to_channels_last(const Device& d, const float* x, ImageShape xs, std::uint1
   const double bytes = 6.0 * a.count;  // 4 read, 2 written
 #if MGPU_CUDA
   launch_timed(d, "ChannelsLastBf16", bytes,
-               [&] { channels_last_kernel<<<blocks_for(a.count, kThreads), kThreads, 0, d.stream>>>(a); });
+               [&] { channels_last_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a); });
 #else
   mgpu::for_each_index(d, a.count, ChannelsLastKernel{a}, bytes);
 #endif
@@ -199,7 +187,7 @@ void filters_bf16(const Device& d, const float* W, ConvShape c, bool turned, std
                      index_count(i64(c.out_channels) * c.in_channels * c.kernel * c.kernel, "the filters")};
 #if MGPU_CUDA
   launch_timed(d, "FiltersBf16", 6.0 * a.count,
-               [&] { filter_kernel<<<blocks_for(a.count, kThreads), kThreads, 0, d.stream>>>(a); });
+               [&] { filter_kernel<<<blocks_for(a.count), kThreads, 0, d.stream>>>(a); });
 #else
   mgpu::for_each_index(d, a.count, FilterKernel{a}, 6.0 * a.count);
 #endif

@@ -11,7 +11,7 @@
 
 #include "common/check.h"
 #include "common/parallel.h"  // the cpu build's for_each_index
-#include "common/profile.h"   // the cuda build's launches are timed by chapter 09's --profile
+#include "launch.h"           // the cuda build's blocks_for, global_index, launch_timed
 
 namespace fast {
 
@@ -34,29 +34,6 @@ Divisor::Divisor(int divisor) : d(divisor) {
 namespace {
 
 using nn::check_channels;  // chapter 09's: the input must have the convolution's channels
-
-#if MGPU_CUDA
-// Blocks of kThreads that cover `count` threads, one per index (count < 2^31, so fewer than
-// 2^23 blocks: far below the grid's limit of 2^31 - 1).
-unsigned blocks_for(int count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
-
-// The index of this thread in a one-dimensional grid: block b's threads take b*kThreads onwards.
-// In 32 bits: blockIdx.x * blockDim.x < 2^31 for every grid here.
-__device__ inline int global_index() { return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); }
-
-// Runs launch() (one `kernel<<<...>>>` on d's stream), checks that the launch was accepted, and
-// times it as `name` when a KernelProfile is timing d (common/profile.h: events around it), as
-// for_each_index times the functors: the profile's table then shows raw and reference side by side.
-template <class Launch>
-void launch_timed(const Device& d, const char* name, double bytes, Launch launch) {
-  mgpu::KernelProfile* profile = mgpu::KernelProfile::of(d);
-  const int call = profile ? profile->begin(name, 0, bytes) : -1;
-  mgpu::activate(d);
-  launch();
-  MGPU_CHECK_CUDA(cudaGetLastError());
-  if (profile) profile->end(call);
-}
-#endif
 
 }  // namespace
 
