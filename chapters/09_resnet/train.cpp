@@ -42,11 +42,6 @@ std::unique_ptr<mgpu::Collective> make_collective(const mgpu::DeviceSet& devices
   return menu.make(name_of(ro.collective), largest_sum(net));
 }
 
-// Refuses, with the figures, a run the devices' memory cannot hold, before anything is allocated
-// (at --width 512 the allocations alone took most of a minute before they failed, at 1024 the
-// host's copy of the parameters, 11 GB, ended in a bare std::bad_alloc). Per device: a replica
-// for `capacity` images, the collective's staging (at most the parameters), the training and
-// test sets, and the epoch's order.
 // The chosen table of layer kernels made the library's, once it is known to run on every device
 // (chapter 10's tensor table needs bf16 tensor cores: mgpu::Error naming the GPU otherwise).
 void use_kernels(const mgpu::DeviceSet& devices, const ResnetOptions& ro) {
@@ -56,6 +51,11 @@ void use_kernels(const mgpu::DeviceSet& devices, const ResnetOptions& ro) {
   nn::use_layer_kernels(*ro.kernels);
 }
 
+// Refuses, with the figures, a run the devices' memory cannot hold, before anything is allocated
+// (at --width 512 the allocations alone took most of a minute before they failed, at 1024 the
+// host's copy of the parameters, 11 GB, ended in a bare std::bad_alloc). Per device: a replica
+// for `capacity` images, the collective's staging (at most the parameters), the training and
+// test sets, and the epoch's order.
 void check_memory(const mgpu::DeviceSet& devices, const Network& net, int capacity, const mgpu::FashionMnist& data) {
   const std::size_t images = std::size_t(data.train.count) + std::size_t(data.test.count);
   const std::size_t per_device = std::size_t(Replica::bytes_needed(devices[0], net, capacity)) +
