@@ -170,6 +170,9 @@ void claim_run_files(const std::string& out, const std::string& run, const RunSe
     if (!s.in_name) continue;
     const json mine = setting_value(s.value);
     if (earlier.contains(s.flag) && earlier[s.flag] == mine) continue;
+    // A flag the earlier run's version did not have yet, left at its default here: a new flag's
+    // default keeps what the program did before it, so that run computed what this one does.
+    if (!earlier.contains(s.flag) && s.value == s.default_value) continue;
     differ += (differ.empty() ? "" : ", ") + std::string("--") + s.flag + " " + s.value + " here, " +
               (earlier.contains(s.flag) ? earlier[s.flag].dump() : "none") + " there";
   }

@@ -58,7 +58,9 @@ std::string run_name(const std::string& chapter, const std::string& given, const
 // name: none, or files of a run with the same settings (those in the name; its JSON says), which
 // are replaced after a line saying so, or files of another run, which are never replaced: that
 // throws mgpu::Error saying which settings differ and what to do (another --run-name, or move
-// them away). A CSV or plot without a JSON that says its settings counts as another run's.
+// them away). A CSV or plot without a JSON that says its settings counts as another run's. A
+// setting the earlier JSON lacks (a flag added since) counts as the same when it is at its
+// default here.
 void claim_run_files(const std::string& out, const std::string& run, const RunSettings& settings);
 // Throws mgpu::Error unless `run` is at most kMaxRunName characters (claim_run_files checks it too).
 void check_run_name_length(const std::string& run);

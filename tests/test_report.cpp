@@ -522,6 +522,16 @@ TEST_CASE("the same settings again replace their files, saying so; another run's
   CHECK(read_file(out / "01_lenet_epochs-3.csv") == csv);
   CHECK(read_file(out / "01_lenet_epochs-3.json") == json_text);
 
+  // A flag added since the earlier run (its JSON does not name it), at its default here: the
+  // same run, replaced; the same flag set to something else: another run's, kept.
+  mgpu::RunSettings newer = quick;
+  newer.push_back({"graph", "off", "off"});
+  CHECK_NOTHROW(a_run(out, "01_lenet_epochs-3", newer, 3, true));
+  newer.back().value = "on";
+  a_run(out, "01_lenet_epochs-3", quick, 3, true);  // again an earlier version's files, without --graph
+  CHECK_THROWS_WITH_AS(a_run(out, "01_lenet_epochs-3", newer, 1, false),
+                       doctest::Contains("(--graph on here, none there)"), mgpu::Error);
+
   // A CSV with no JSON beside it (an older version's run, or someone's file): nobody can say
   // whose settings it holds, so it is kept.
   std::ofstream(out / "01_lenet.csv") << "epoch,train_loss\n1,2\n";
