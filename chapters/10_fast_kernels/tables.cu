@@ -1,10 +1,10 @@
-// Chapter 10's two tables of layer kernels (tables.h), and their registration.
+// Chapter 10's three tables of layer kernels (tables.h), and their registration.
 #include "tables.h"
 
 #include "blocked_sums.h"   // BatchNorm's sums block by block
 #include "implicit_gemm.h"  // the 3x3 convolutions on tensor cores
 #include "kernels.h"        // the raw kernels
-#include "tiled_conv.h"    // the tiled convolution
+#include "tiled_conv.h"     // the tiled convolution
 
 namespace fast {
 namespace {
@@ -119,7 +119,7 @@ class TiledKernels : public nn::LayerKernels {
 };
 
 // Registered while the program starts, before main() (a static object's initializer, as a
-// doctest TEST_CASE registers itself): any program linked with this file offers both tables.
+// doctest TEST_CASE registers itself): any program linked with this file offers all three tables.
 [[maybe_unused]] const bool registered = [] {
   nn::register_layer_kernels(raw_kernels());
   nn::register_layer_kernels(tiled_kernels());
