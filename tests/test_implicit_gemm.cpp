@@ -231,7 +231,7 @@ TEST_CASE("implicit GEMM: the block tiles staged in shared memory give the direc
       tc::block_tile_model(tc::ForwardStage{g, m0, n0}, 0, K, acc);
       for (int w = 0; w < tc::kWarpsPerBlock; ++w)
         for (int lane = 0; lane < tc::kWarp; ++lane)
-          tc::store_forward(g, acc[w][lane], m0 + w / 2 * tc::kWarpTileM, n0 + w % 2 * tc::kWarpTileN, lane);
+          tc::store_forward(g, acc[w][lane], m0 + tc::warp_row(w), n0 + tc::warp_col(w), lane);
     }
   CHECK(std::count(direct.begin(), direct.end(), -7.0f) == 0);  // every element written
   CHECK(staged == direct);
@@ -252,7 +252,7 @@ TEST_CASE("implicit GEMM: the block tiles staged in shared memory give the direc
       tc::block_tile_model(tc::WeightGradStage{g, co0, kk0}, 0, M, acc);
       for (int w = 0; w < tc::kWarpsPerBlock; ++w)
         for (int lane = 0; lane < tc::kWarp; ++lane)
-          tc::add_weight_grad(g, acc[w][lane], co0 + w / 2 * tc::kWarpTileM, kk0 + w % 2 * tc::kWarpTileN, lane);
+          tc::add_weight_grad(g, acc[w][lane], co0 + tc::warp_row(w), kk0 + tc::warp_col(w), lane);
     }
   CHECK(testing::has_nonzero(dW_direct));
   CHECK(dW_staged == dW_direct);

@@ -79,9 +79,8 @@ __device__ inline void mma_bf16(const FragA& a, const FragB& b, FragC& c) {
 #endif
 }
 
-// Where warp w of a block sits in the block's 64 x 64 tile: 2 x 2 warps of 32 x 32.
-__device__ inline int warp_row() { return static_cast<int>(threadIdx.x) / kWarp / 2 * kWarpTileM; }
-__device__ inline int warp_col() { return static_cast<int>(threadIdx.x) / kWarp % 2 * kWarpTileN; }
+// This thread's warp in its block.
+__device__ inline int this_warp() { return static_cast<int>(threadIdx.x) / kWarp; }
 #endif
 
 // ---- The kernels (cuda) and their functors (cpu)
@@ -105,8 +104,8 @@ __device__ void block_tile(const Stage& stage, int k_first, int k_last, StagedTi
     __syncthreads();  // the whole tile staged before any warp reads it
     FragA a[kTilesM];
     FragB b[kTilesN];
-    for (int tm = 0; tm < kTilesM; ++tm) a[tm] = staged_a(tiles, warp_row() + tm * kMmaM, lane);
-    for (int tn = 0; tn < kTilesN; ++tn) b[tn] = staged_b(tiles, warp_col() + tn * kMmaN, lane);
+    for (int tm = 0; tm < kTilesM; ++tm) a[tm] = staged_a(tiles, warp_row(this_warp()) + tm * kMmaM, lane);
+    for (int tn = 0; tn < kTilesN; ++tn) b[tn] = staged_b(tiles, warp_col(this_warp()) + tn * kMmaN, lane);
     for (int tm = 0; tm < kTilesM; ++tm)
       for (int tn = 0; tn < kTilesN; ++tn) mma_bf16(a[tm], b[tn], acc.c[tm][tn]);
     __syncthreads();  // every warp done reading before the next K-step overwrites the tiles
@@ -119,7 +118,7 @@ __global__ void forward_kernel(ConvGemm g) {
   const int m0 = static_cast<int>(blockIdx.x) * kBlockTileM, n0 = static_cast<int>(blockIdx.y) * kBlockTileN;
   WarpAccumulators acc{};
   block_tile(ForwardStage{g, m0, n0}, 0, g.k, tiles, acc);
-  store_forward(g, acc, m0 + warp_row(), n0 + warp_col(), static_cast<int>(threadIdx.x) % kWarp);
+  store_forward(g, acc, m0 + warp_row(this_warp()), n0 + warp_col(this_warp()), static_cast<int>(threadIdx.x) % kWarp);
 }
 // dW += dz A over the pixels [z * chunk, (z + 1) * chunk): blockIdx.z is the slice.
 __global__ void weight_grad_kernel(ConvGemm g, int chunk) {
@@ -128,7 +127,7 @@ __global__ void weight_grad_kernel(ConvGemm g, int chunk) {
   const int first = static_cast<int>(blockIdx.z) * chunk;
   WarpAccumulators acc{};
   block_tile(WeightGradStage{g, co0, kk0}, first, std::min(first + chunk, g.m), tiles, acc);
-  add_weight_grad(g, acc, co0 + warp_row(), kk0 + warp_col(), static_cast<int>(threadIdx.x) % kWarp);
+  add_weight_grad(g, acc, co0 + warp_row(this_warp()), kk0 + warp_col(this_warp()), static_cast<int>(threadIdx.x) % kWarp);
 }
 #else
 // The cpu build's grids: tiles of `tile` that cover `count`.
@@ -151,7 +150,7 @@ struct ForwardTiles {
     block_tile_model(ForwardStage{g, m0, n0}, 0, g.k, acc);
     for (int w = 0; w < kWarpsPerBlock; ++w)
       for (int lane = 0; lane < kWarp; ++lane)
-        store_forward(g, acc[w][lane], m0 + w / 2 * kWarpTileM, n0 + w % 2 * kWarpTileN, lane);
+        store_forward(g, acc[w][lane], m0 + warp_row(w), n0 + warp_col(w), lane);
   }
 };
 // The weight gradient's block tiles, each over all the pixels: no two indices add into the same dW.
@@ -164,7 +163,7 @@ struct WeightGradTiles {
     block_tile_model(WeightGradStage{g, co0, kk0}, 0, g.m, acc);
     for (int w = 0; w < kWarpsPerBlock; ++w)
       for (int lane = 0; lane < kWarp; ++lane)
-        add_weight_grad(g, acc[w][lane], co0 + w / 2 * kWarpTileM, kk0 + w % 2 * kWarpTileN, lane);
+        add_weight_grad(g, acc[w][lane], co0 + warp_row(w), kk0 + warp_col(w), lane);
   }
 };
 #endif
@@ -262,23 +261,24 @@ bool takes(ImageShape xs, ConvShape c) {
          c.out_channels % 16 == 0;
 }
 
-i64 scratch_floats(ImageShape xs, ConvShape c) {
-  const i64 pixels = i64(xs.batch) * xs.height * xs.width;  // stride 1, padding 1: the output's too
-  const i64 halves = aligned_halves(pixels * c.in_channels) + aligned_halves(pixels * c.out_channels) +
-                     aligned_halves(i64(c.out_channels) * c.in_channels * 9);
-  return (halves + 1) / 2;
-}
-
 namespace {
-// The scratch's three tensors: the input's channels-last copy, dz's (backward only), the filters'.
+// The scratch's three tensors, in bf16 elements from its start: the input's channels-last copy
+// (at 0), dz's (backward only), the filters'; each on a 16-byte line.
+struct ScratchLayout {
+  i64 dz16, w16, end;
+};
+ScratchLayout scratch_layout(ImageShape xs, ConvShape c) {
+  const i64 pixels = i64(xs.batch) * xs.height * xs.width;  // stride 1, padding 1: the output's too
+  const i64 dz16 = aligned_halves(pixels * c.in_channels), w16 = dz16 + aligned_halves(pixels * c.out_channels);
+  return {dz16, w16, w16 + aligned_halves(i64(c.out_channels) * c.in_channels * 9)};
+}
 struct Scratch {
   std::uint16_t *x16, *dz16, *w16;
 };
 Scratch split(float* scratch, ImageShape xs, ConvShape c) {
-  const i64 pixels = i64(xs.batch) * xs.height * xs.width;
+  const ScratchLayout at = scratch_layout(xs, c);
   auto* base = reinterpret_cast<std::uint16_t*>(scratch);
-  std::uint16_t* dz16 = base + aligned_halves(pixels * c.in_channels);
-  return {base, dz16, dz16 + aligned_halves(pixels * c.out_channels)};
+  return {base, base + at.dz16, base + at.w16};
 }
 void check_takes(ImageShape xs, ConvShape c, const char* call) {
   nn::check_channels(xs, c, call);
@@ -289,6 +289,8 @@ void check_takes(ImageShape xs, ConvShape c, const char* call) {
                       std::to_string(c.out_channels) + " channels");
 }
 }  // namespace
+
+i64 scratch_floats(ImageShape xs, ConvShape c) { return (scratch_layout(xs, c).end + 1) / 2; }
 
 void conv_forward_tc(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* W, const float* b,
                      float* scratch, float* z) {

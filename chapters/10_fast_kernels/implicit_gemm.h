@@ -139,15 +139,20 @@ struct ConvGemm {
   int m, n, k;  // the GEMM: M = B*Ho*Wo, N = Cout, K = k*k*Cin
 };
 
-// A(m, kk): the value col^T would hold, x16 at pixel m's window, tap kk / Cin, channel kk % Cin;
-// 0 in the padding, and for m >= M or kk >= K (a tile's rows or columns past the matrix's end).
-MGPU_HD inline std::uint16_t gathered(const ConvGemm& g, int m, int kk) {
-  if (m >= g.m || kk >= g.k) return 0;
+// Where A(m, kk) lives in x16: pixel m's window, tap kk / Cin, channel kk % Cin; -1 where A is 0,
+// in the padding and for m >= M or kk >= K (a tile's rows or columns past the matrix's end).
+MGPU_HD inline int input_index(const ConvGemm& g, int m, int kk) {
+  if (m >= g.m || kk >= g.k) return -1;
   const int c = kk % g.in_channels, tap = kk / g.in_channels;
   const int ox = m % g.out_width, oy = (m / g.out_width) % g.out_height, b = m / (g.out_width * g.out_height);
   const int y = oy + tap / g.kernel - g.padding, x = ox + tap % g.kernel - g.padding;
-  if (y < 0 || y >= g.height || x < 0 || x >= g.width) return 0;  // the padding
-  return g.x16[((b * g.height + y) * g.width + x) * g.in_channels + c];
+  if (y < 0 || y >= g.height || x < 0 || x >= g.width) return -1;  // the padding
+  return ((b * g.height + y) * g.width + x) * g.in_channels + c;
+}
+// A(m, kk): the value col^T would hold.
+MGPU_HD inline std::uint16_t gathered(const ConvGemm& g, int m, int kk) {
+  const int i = input_index(g, m, kk);
+  return i < 0 ? 0 : g.x16[i];
 }
 
 // The forward GEMM's operands: A(m, kk) = gathered, B(kk, n) = w16[n][kk] (0 for n >= N).
@@ -192,6 +197,9 @@ constexpr int kWarpsPerBlock = 4, kBlockTileM = 64, kBlockTileN = 64;
 struct WarpAccumulators {  // one lane's share of the warp's 32 x 32 fp32 results
   FragC c[kTilesM][kTilesN];
 };
+// Where warp w of a block sits in the block's 64 x 64 tile: its first row and first column.
+MGPU_HD inline int warp_row(int w) { return w / 2 * kWarpTileM; }
+MGPU_HD inline int warp_col(int w) { return w % 2 * kWarpTileN; }
 
 // The forward's epilogue, one lane: z[n][m] = its values (+ bias[n]), for the rows and columns
 // that exist (a tile may reach past M or N).
@@ -280,14 +288,8 @@ MGPU_HD inline void store_piece(std::uint16_t* p, const Piece& piece) {
 // A's 8 values at (pixel m, K index first .. first+7): 8 channels of one tap (Cin is a multiple
 // of 16, first of 8), one 16-byte read; zeros in the padding and past M or K.
 MGPU_HD inline Piece gathered_piece(const ConvGemm& g, int m, int first) {
-  Piece a{};
-  if (m >= g.m || first >= g.k) return a;
-  const int c = first % g.in_channels, tap = first / g.in_channels;
-  const int ox = m % g.out_width, oy = (m / g.out_width) % g.out_height, b = m / (g.out_width * g.out_height);
-  const int y = oy + tap / g.kernel - g.padding, x = ox + tap % g.kernel - g.padding;
-  if (y >= 0 && y < g.height && x >= 0 && x < g.width)
-    a = load_piece(g.x16 + ((b * g.height + y) * g.width + x) * g.in_channels + c);
-  return a;
+  const int i = input_index(g, m, first);
+  return i < 0 ? Piece{} : load_piece(g.x16 + i);
 }
 
 // Thread t's share of staging a K-step: what forward_kernel's and weight_grad_kernel's threads
@@ -348,7 +350,7 @@ MGPU_HD inline FragB staged_b(const StagedTiles& tiles, int c0, int lane) {
 // A block's 64 x 64 tile on a host: the kernels' loop over K-steps [k_first, k_last), its 128
 // threads' staging run one after the other (the barrier between staging and reading is the
 // loop's order here) and mma_model for the instruction; acc[w][lane] gets warp w's results
-// (warp w: rows 32 (w / 2), columns 32 (w % 2) of the tile). Stage: ForwardStage or WeightGradStage.
+// (warp w: from warp_row(w), warp_col(w) of the tile). Stage: ForwardStage or WeightGradStage.
 template <class Stage>
 void block_tile_model(const Stage& stage, int k_first, int k_last, WarpAccumulators acc[kWarpsPerBlock][kWarp]) {
   StagedTiles tiles;
@@ -361,8 +363,8 @@ void block_tile_model(const Stage& stage, int k_first, int k_last, WarpAccumulat
       for (int tm = 0; tm < kTilesM; ++tm)
         for (int tn = 0; tn < kTilesN; ++tn) {
           for (int lane = 0; lane < kWarp; ++lane) {
-            a[lane] = staged_a(tiles, w / 2 * kWarpTileM + tm * kMmaM, lane);
-            b[lane] = staged_b(tiles, w % 2 * kWarpTileN + tn * kMmaN, lane);
+            a[lane] = staged_a(tiles, warp_row(w) + tm * kMmaM, lane);
+            b[lane] = staged_b(tiles, warp_col(w) + tn * kMmaN, lane);
             c[lane] = acc[w][lane].c[tm][tn];
           }
           mma_model(a, b, c);
