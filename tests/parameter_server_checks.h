@@ -113,15 +113,22 @@ inline EpochRun run_steps(int s, int k, const ps::Settings& settings, const mgpu
   return out;
 }
 
-// BSP on s shards and k workers, worker `straggler` slowed 3 times, `steps` steps of `batch`
+// BSP on s shards and k workers, worker `straggler` slowed 16 times, `steps` steps of `batch`
 // random images (drawn from `seed`): every worker does the same work, and every other worker
 // spends most of the straggler's extra time waiting at the barrier.
+//
+// Why 16 times: with slowdown f, the straggler's compute C_s and a fast worker's C_i (summed
+// over the steps), the fast worker waits f C_s - C_i at the barrier, and the straggler sleeps
+// (f - 1) C_s. "Waits more than half the sleep" then holds while C_i < (f + 1) / 2 C_s. Batches
+// this small compute in a millisecond or two, where a busy machine's scheduling can make one
+// worker's compute 2.5 times another's (seen in CI with f = 3, whose margin is 2); f = 16 gives a
+// margin of 8.5, for about 15 C_s of sleep (a fifth of a second here).
 inline void check_bsp_waits_for_straggler(int s, int k, int straggler, int batch, int steps, std::uint64_t seed) {
   mgpu::Rng rng(seed);
   const mgpu::LabeledImages set = random_set(batch * steps, rng);
   ps::Settings settings;
   settings.straggler = straggler;
-  settings.slowdown = 3;
+  settings.slowdown = 16;
   const EpochRun r = run_steps(s, k, settings, set, batch, steps, 0.1f);
   for (const ps::WorkerStats& w : r.stats) CHECK(w.items == steps);
   REQUIRE(r.stats[straggler].straggler_sleep_s > 0);
