@@ -63,7 +63,7 @@ std::vector<ConvCase> conv_cases() {
       {{64, 2, 4, 4}, {64, 19, 3, 1, 1}},
       {{3, 2, 9, 8}, {3, 5, 7, 1, 3}},
       {{2, 1, 3, 3}, {2, 3, 13, 1, 6}},
-      // For Winograd's F(2x2, 3x3) (the cpu build with AVX-512, from 16 input channels): above,
+      // For Winograd's F(2x2, 3x3) (the cpu build for AVX-512 or AVX2, from 16 input channels): above,
       // both passes of the 64-channel case (dx's flipped convolution has 19 channels in); here the
       // forward pass only (dx has 8 in: the panels), then dx only, on odd sides, whose last tile in
       // each row or column is half outside the image.
@@ -557,8 +557,8 @@ TEST_CASE("tiled convolution: plan_tiles cuts the batch into whole images, every
   CHECK_FALSE(fast::multiplies_in_panels({16, 4, 13, 13}, {16, 8, 13, 1, 6}));
   CHECK_FALSE(fast::multiplies_in_panels(xs, {16, 32, 3, 2, 1}));
   // Winograd's F(2x2, 3x3): 3x3, stride 1, padding 1, from 16 input channels, in a cpu build
-  // for AVX-512 only; its transform of W (or of W flipped, for dx) takes 16 x Cout x Cin more.
-#if defined(__AVX512F__)  // (this file is built with the kernels' flags: -march=native in the cpu build)
+  // for AVX-512 or AVX2 only; its transform of W (or of W flipped, for dx) takes 16 x Cout x Cin more.
+#if defined(__AVX512F__) || defined(__AVX2__)  // (built with the kernels' flags: -march=native in the cpu build)
   const bool winograd = !mgpu::kCudaBackend;
 #else
   const bool winograd = false;

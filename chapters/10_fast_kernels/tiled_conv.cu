@@ -11,8 +11,12 @@
 #include "common/gemm.h"
 #include "common/parallel.h"    // for_each_lane, for_each_span, for_each_index
 #include "common/vector_ops.h"  // fill, add_into
-#if !MGPU_CUDA && defined(__AVX512F__)
-#include <immintrin.h>  // AVX-512's 128-bit inserts, masks and gathers, for Winograd's tiles
+// Winograd's F(2x2, 3x3) (below) is built for CPUs with AVX-512 (16 floats a vector) or AVX2 (8).
+#if !MGPU_CUDA && (defined(__AVX512F__) || defined(__AVX2__))
+#define FAST_WINOGRAD 1
+#include <immintrin.h>  // the 128-bit loads and inserts that gather Winograd's tiles
+#else
+#define FAST_WINOGRAD 0
 #endif
 
 namespace fast {
@@ -51,7 +55,7 @@ i64 winograd_floats_of(ImageShape xs, ConvShape c) {
 }
 
 // The tile positions the weight gradient's V and D hold for a slice of `count` images: its 2x2
-// tiles, rounded up to whole groups of 16 (kLanes with AVX-512; the only build that uses them).
+// tiles, rounded up to whole groups of 16 (kLanes with AVX-512, two groups of kLanes with AVX2).
 i64 winograd_tile_positions(int H, int W, int count) {
   const i64 tiles = i64(count) * ((H + 1) / 2) * ((W + 1) / 2);
   return (tiles + 15) / 16 * 16;
@@ -309,7 +313,7 @@ struct PanelConv {
   }
 };
 
-#if defined(__AVX512F__)
+#if FAST_WINOGRAD
 // --- Winograd's F(2x2, 3x3): the 3x3 convolutions with 16 multiplies where there were 36
 // (step 7 of the README's CPU lesson)
 //
@@ -332,8 +336,9 @@ struct PanelConv {
 // work for 49); and a tile's 4x4 input is not contiguous (consecutive tiles' blocks are 2 floats
 // apart, and the tiles of a panel span rows and images). Each row of a block is four contiguous
 // floats, so the rows are read as 16-byte loads and transposed into vectors of tiles
-// (load_blocks), and the 2x2 outputs leave through the same transpose backwards. AVX-512 only,
-// and only where the README's measurements found it faster than PanelConv: from 16 input
+// (load_blocks), and the 2x2 outputs leave through the same transpose backwards. Built for
+// AVX-512 (a vector is four 128-bit blocks: four tiles' rows at once) and for AVX2 (two blocks),
+// and used only where the README's measurements found it faster than PanelConv: from 16 input
 // channels up (below, the transforms, which grow with the channels in and out, cost more than
 // the saved multiply-adds). The sums come out in another order and through the transforms'
 // halves: not PanelConv's bits, equal to within rounding (test_fast_kernels).
@@ -362,29 +367,33 @@ struct WinogradWeights {
   }
 };
 
-// Tiles are taken kLanes at a time, one per lane of a vector, in a transposed order: lane 4r + m
-// holds the group's tile 4m + r. That is the order in which four 16-byte rows of four tiles'
-// blocks come out of the transpose in winograd_inputs; the products do not care, and the masks,
-// the outputs' addresses and the weight gradient's tiles are made in the same order.
-inline int tile_in_lane(int lane) { return 4 * (lane % 4) + lane / 4; }
+// Tiles are taken kLanes at a time, one per lane of a vector, in a transposed order: lane 4r + q
+// (r: its 128-bit block of the vector, q: its place in the block) holds the group's tile
+// kBlocks q + r. That is the order in which four 16-byte rows of kBlocks tiles' blocks a vector
+// come out of the transpose in winograd_inputs; the products do not care, and the masks, the
+// outputs' addresses and the weight gradient's tiles are made in the same order.
+constexpr int kBlocks = kLanes / 4;  // 128-bit blocks in a vector: 4 with AVX-512, 2 with AVX2
+inline int tile_in_lane(int lane) { return kBlocks * (lane % 4) + lane / 4; }
+inline int lane_of_tile(int tile) { return 4 * (tile % kBlocks) + tile / kBlocks; }  // its inverse
 
 // Where kLanes tiles t0.. of a slice's count images lie (tile t is image t / (Th*Tw), tile row
 // t / Tw % Th, tile column t % Tw; Th = ceil(H/2), Tw = ceil(W/2)); a lane whose tile is past the
 // slice's last (t >= tiles) has every mask bit 0. Offsets are within one channel's slice.
 struct TileGroup {
-  alignas(64) std::int32_t block_at[kLanes];  // lane l: its 4x4 block's corner (2ty - 1, 2tx - 1)
-  alignas(64) std::int32_t out_at[kLanes];    // lane l: its 2x2 output's corner (2ty, 2tx)
+  std::int32_t block_at[kLanes];  // lane l: its 4x4 block's corner (2ty - 1, 2tx - 1)
+  std::int32_t out_at[kLanes];    // lane l: its 2x2 output's corner (2ty, 2tx)
   // By tile (not lane): where row i of tile t's block starts, or a row of the tile's own where
   // row i lies outside the image, so that every 16-byte row load stays in x.
   std::int32_t row_at[4][kLanes];
-  __mmask16 row_in[4] = {}, col_in[4] = {}, live = 0;  // bit l: lane l's row / column i inside; a tile
-  std::int32_t lowest = 0, highest = 0;                 // what the row loads touch: [lowest, highest)
+  std::uint32_t row_in[4] = {}, col_in[4] = {}, live = 0;  // bit l: lane l's row / column i inside; a tile
+  vi inside[4][4];  // lane l: all bits set where pixel (i, j) of lane l's block is inside the image, else 0
+  std::int32_t lowest = 0, highest = 0;  // what the row loads touch: [lowest, highest)
 
   TileGroup(int t0, int tiles, int H, int W) {
     const int Th = (H + 1) / 2, Tw = (W + 1) / 2, plane = H * W;
     for (int l = 0; l < kLanes; ++l) {
       const int tile = tile_in_lane(l), t = t0 + tile;
-      const __mmask16 bit = __mmask16(1u << l);
+      const std::uint32_t bit = 1u << l;
       const int image = t / (Th * Tw), ty = t / Tw % Th, tx = t % Tw;
       const bool real = t < tiles;
       block_at[l] = real ? image * plane + (2 * ty - 1) * W + 2 * tx - 1 : 0;
@@ -399,91 +408,128 @@ struct TileGroup {
         highest = std::max(highest, row_at[s][tile] + 4);
       }
     }
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j)
+        for (int l = 0; l < kLanes; ++l) inside[i][j][l] = (row_in[i] & col_in[j]) >> l & 1 ? -1 : 0;
   }
 };
 
-// In each 128-bit block, a's and b's first two floats interleaved (unpack_low) or their last two
-// (unpack_high): _mm512_unpacklo_ps and _mm512_unpackhi_ps, written as shuffles because GCC 12
-// warns about those intrinsics' own undefined start value.
-inline __m512 unpack_low(__m512 a, __m512 b) {
+// Shuffles within each 128-bit block (the same in every block, as x86's unpack and shuffle
+// instructions work), written with the compiler's generic shuffle (GCC 12 warns about the
+// intrinsics' own undefined start value):
+//   unpack_low / unpack_high   a's and b's first two floats interleaved, or their last two
+//                              (_mm512_unpacklo_ps / _mm256_unpacklo_ps, and ..hi..)
+//   pairs_low / pairs_high     a's first two floats then b's, or their last two (_mm*_shuffle_ps
+//                              with 0x44 and 0xEE)
+// and across blocks:
+//   blocks_even / blocks_odd   a's even-numbered 128-bit blocks then b's, or the odd ones
+//                              (_mm512_shuffle_f32x4 with 0x88 and 0xDD; with AVX2's two blocks,
+//                              _mm256_permute2f128_ps with 0x20 and 0x31)
+#if defined(__AVX512F__)
+inline vf unpack_low(vf a, vf b) {
   return __builtin_shufflevector(a, b, 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
 }
-inline __m512 unpack_high(__m512 a, __m512 b) {
+inline vf unpack_high(vf a, vf b) {
   return __builtin_shufflevector(a, b, 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
 }
-// In each 128-bit block, a's first two floats then b's (pairs_low), or their last two (pairs_high):
-// _mm512_shuffle_ps with 0x44 and 0xEE.
-inline __m512 pairs_low(__m512 a, __m512 b) {
+inline vf pairs_low(vf a, vf b) {
   return __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
 }
-inline __m512 pairs_high(__m512 a, __m512 b) {
+inline vf pairs_high(vf a, vf b) {
   return __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
 }
-// a's 128-bit blocks 0 and 2 then b's (blocks_even), or blocks 1 and 3 (blocks_odd):
-// _mm512_shuffle_f32x4 with 0x88 and 0xDD.
-inline __m512 blocks_even(__m512 a, __m512 b) {
+inline vf blocks_even(vf a, vf b) {
   return __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
 }
-inline __m512 blocks_odd(__m512 a, __m512 b) {
+inline vf blocks_odd(vf a, vf b) {
   return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
 }
+#else  // AVX2
+inline vf unpack_low(vf a, vf b) { return __builtin_shufflevector(a, b, 0, 8, 1, 9, 4, 12, 5, 13); }
+inline vf unpack_high(vf a, vf b) { return __builtin_shufflevector(a, b, 2, 10, 3, 11, 6, 14, 7, 15); }
+inline vf pairs_low(vf a, vf b) { return __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13); }
+inline vf pairs_high(vf a, vf b) { return __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15); }
+inline vf blocks_even(vf a, vf b) { return __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11); }
+inline vf blocks_odd(vf a, vf b) { return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15); }
+#endif
+
 // v[i][4L + j] becomes v[j][4L + i]: in each 128-bit block L, the 4 x 4 matrix that the four
-// vectors' blocks make is transposed (12 shuffles). load_blocks turns four tiles' block rows into
-// columns with it, winograd_outputs four outputs into each tile's four, and transpose_16x16
-// starts with it.
-inline void transpose_in_blocks(__m512 v[4]) {
-  const __m512 lo01 = unpack_low(v[0], v[1]), hi01 = unpack_high(v[0], v[1]);
-  const __m512 lo23 = unpack_low(v[2], v[3]), hi23 = unpack_high(v[2], v[3]);
+// vectors' blocks make is transposed (12 shuffles). load_blocks turns kBlocks tiles' block rows a
+// vector into columns with it, winograd_outputs four outputs into each tile's four, and
+// transpose_lanes starts with it.
+inline void transpose_in_blocks(vf v[4]) {
+  const vf lo01 = unpack_low(v[0], v[1]), hi01 = unpack_high(v[0], v[1]);
+  const vf lo23 = unpack_low(v[2], v[3]), hi23 = unpack_high(v[2], v[3]);
   v[0] = pairs_low(lo01, lo23);
   v[1] = pairs_high(lo01, lo23);
   v[2] = pairs_low(hi01, hi23);
   v[3] = pairs_high(hi01, hi23);
 }
-// r[i][j] becomes r[j][i] for a 16 x 16 block held as 16 vectors (r[i] a row): each quadruple of
-// rows transposed in its blocks, then 128-bit blocks across quadruples; 64 shuffles, no memory.
-inline void transpose_16x16(__m512 r[16]) {
-  __m512 u[16];  // u[k + m], block L: column 4L + m of rows k..k+3
+// r[i][j] becomes r[j][i] for a kLanes x kLanes block held as kLanes vectors (r[i] a row): each
+// quadruple of rows transposed in its blocks, then 128-bit blocks across quadruples (64 shuffles
+// for AVX-512's 16 x 16, 16 for AVX2's 8 x 8), no memory.
+#if defined(__AVX512F__)
+inline void transpose_lanes(vf r[16]) {
+  vf u[16];  // u[k + m], block L: column 4L + m of rows k..k+3
   for (int k = 0; k < 16; k += 4) {
     for (int m = 0; m < 4; ++m) u[k + m] = r[k + m];
     transpose_in_blocks(u + k);
   }
   for (int m = 0; m < 4; ++m) {  // column 4L + m = blocks L of u[m], u[4 + m], u[8 + m], u[12 + m]
-    const __m512 even01 = blocks_even(u[m], u[4 + m]), odd01 = blocks_odd(u[m], u[4 + m]);
-    const __m512 even23 = blocks_even(u[8 + m], u[12 + m]), odd23 = blocks_odd(u[8 + m], u[12 + m]);
+    const vf even01 = blocks_even(u[m], u[4 + m]), odd01 = blocks_odd(u[m], u[4 + m]);
+    const vf even23 = blocks_even(u[8 + m], u[12 + m]), odd23 = blocks_odd(u[8 + m], u[12 + m]);
     r[m] = blocks_even(even01, even23);
     r[4 + m] = blocks_even(odd01, odd23);
     r[8 + m] = blocks_odd(even01, even23);
     r[12 + m] = blocks_odd(odd01, odd23);
   }
 }
+#else  // AVX2
+inline void transpose_lanes(vf r[8]) {
+  vf u[8];  // u[k + m], block L: column 4L + m of rows k..k+3
+  for (int k = 0; k < 8; k += 4) {
+    for (int m = 0; m < 4; ++m) u[k + m] = r[k + m];
+    transpose_in_blocks(u + k);
+  }
+  for (int m = 0; m < 4; ++m) {  // column 4L + m = block L of u[m], then block L of u[4 + m]
+    r[m] = blocks_even(u[m], u[4 + m]);
+    r[4 + m] = blocks_odd(u[m], u[4 + m]);
+  }
+}
+#endif
+
+// kBlocks rows of four floats, slice + at[0], slice + at[1], ..., one in each 128-bit block.
+inline vf load_rows(const float* slice, const std::int32_t* at) {
+#if defined(__AVX512F__)
+  __m512 v = _mm512_zextps128_ps512(_mm_loadu_ps(slice + at[0]));
+  v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[1]), 1);
+  v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[2]), 2);
+  return (vf)_mm512_insertf32x4(v, _mm_loadu_ps(slice + at[3]), 3);
+#else
+  return (vf)_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(slice + at[0])), _mm_loadu_ps(slice + at[1]), 1);
+#endif
+}
 
 // Rows [row_begin, row_end) of the group's 4x4 blocks in one channel: d[i][j] is pixel
 // (2ty - 1 + i, 2tx - 1 + j) of each lane's tile, 0 outside the image. slice is that channel's
 // count images, at `offset` floats into the tensor (x_floats long). A block's row is four
-// contiguous floats: one 16-byte load; four tiles' rows make a 64-byte vector (one per 128-bit
-// block), and a 4x4 transpose inside the blocks turns four such vectors into the four columns
+// contiguous floats: one 16-byte load; kBlocks tiles' rows make a vector (one per 128-bit block),
+// and a 4x4 transpose inside the blocks turns four such vectors into the four columns
 // d[i][0..3], each lane one tile. Only where that would read past either end of the tensor (its
-// very first or last tile) the masked gathers read the pixels instead.
+// very first or last tile) are the pixels read one by one instead, those inside the image only.
 inline void load_blocks(const TileGroup& g, const float* slice, std::int64_t offset, std::int64_t x_floats, int W,
                         int row_begin, int row_end, vf d[4][4]) {
   if (offset + g.lowest >= 0 && offset + g.highest <= x_floats) {
     for (int i = row_begin; i < row_end; ++i) {
-      __m512 rows[4];  // rows[q], block r: row i of tile 4q + r
-      for (int q = 0; q < 4; ++q) {
-        const std::int32_t* at = g.row_at[i] + 4 * q;
-        __m512 v = _mm512_zextps128_ps512(_mm_loadu_ps(slice + at[0]));
-        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[1]), 1);
-        v = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[2]), 2);
-        rows[q] = _mm512_insertf32x4(v, _mm_loadu_ps(slice + at[3]), 3);
-      }
+      vf rows[4];  // rows[q], block r: row i of tile kBlocks q + r
+      for (int q = 0; q < 4; ++q) rows[q] = load_rows(slice, g.row_at[i] + kBlocks * q);
       transpose_in_blocks(rows);  // rows[j]: column j of the four rows, one tile a lane
-      for (int j = 0; j < 4; ++j) d[i][j] = (vf)_mm512_maskz_mov_ps(g.row_in[i] & g.col_in[j], rows[j]);
+      for (int j = 0; j < 4; ++j) d[i][j] = (vf)((vi)rows[j] & g.inside[i][j]);
     }
   } else {
-    const __m512i at = _mm512_load_si512(g.block_at);
     for (int i = row_begin; i < row_end; ++i)
       for (int j = 0; j < 4; ++j)
-        d[i][j] = (vf)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), g.row_in[i] & g.col_in[j], at, slice + i * W + j, 4);
+        for (int l = 0; l < kLanes; ++l) d[i][j][l] = g.inside[i][j][l] ? slice[g.block_at[l] + i * W + j] : 0.0f;
   }
 }
 
@@ -519,14 +565,14 @@ inline void winograd_outputs(const TileGroup& g, const vf m[16], float bias, flo
     Am[0][j] = m[j] + m[4 + j] + m[8 + j];
     Am[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
   }
-  __m512 out4[4] = {(__m512)(Am[0][0] + Am[0][1] + Am[0][2] + bias), (__m512)(Am[0][1] - Am[0][2] - Am[0][3] + bias),
-                    (__m512)(Am[1][0] + Am[1][1] + Am[1][2] + bias), (__m512)(Am[1][1] - Am[1][2] - Am[1][3] + bias)};
-  transpose_in_blocks(out4);  // out4[q], block r: tile 4q + r's [y00 y01 y10 y11]
+  vf out4[4] = {Am[0][0] + Am[0][1] + Am[0][2] + bias, Am[0][1] - Am[0][2] - Am[0][3] + bias,
+                Am[1][0] + Am[1][1] + Am[1][2] + bias, Am[1][1] - Am[1][2] - Am[1][3] + bias};
+  transpose_in_blocks(out4);  // out4[q], block r: tile kBlocks q + r's [y00 y01 y10 y11]
   alignas(64) float y[kLanes][4];  // y[t]: tile t's [y00 y01 y10 y11], in tile order
-  for (int q = 0; q < 4; ++q) _mm512_store_ps(y[4 * q], out4[q]);
+  for (int q = 0; q < 4; ++q) store_vector(y[kBlocks * q], out4[q]);
   for (int t = 0; t < kLanes; ++t) {
-    const int lane = tile_in_lane(t);  // (tile_in_lane is its own inverse)
-    const __mmask16 bit = __mmask16(1u << lane);
+    const int lane = lane_of_tile(t);
+    const std::uint32_t bit = 1u << lane;
     if (!(g.live & bit)) break;  // the slice's tiles are done
     float* out = zr + g.out_at[lane];
     const bool right = g.col_in[2] & bit, below = g.row_in[2] & bit;  // 2tx + 1 < W, 2ty + 1 < H
@@ -623,8 +669,8 @@ struct WinogradTileInputs {
 // = (A dy Aᵀ)[ξ] for every output channel, dy the tile's 2x2 of dz, 0 outside the image. A
 // channel's 2x2 blocks are rows and columns 1..2 of the same 4x4 windows the input's are
 // (load_blocks), so A dy Aᵀ comes out as 16 vectors over the group's tiles; for kLanes channels
-// those make, for each ξ, a 16 x 16 block [channel][tile], which transpose_16x16 turns into D's
-// rows [tile][channel]. (The rows of the products' panels run along the output channels.)
+// those make, for each ξ, a kLanes x kLanes block [channel][tile], which transpose_lanes turns
+// into D's rows [tile][channel]. (The rows of the products' panels run along the output channels.)
 struct WinogradTileGradients {
   const float* dz;  // [Cout][B][H][W]
   float* D;         // [16][Cout / w][T][w]
@@ -635,7 +681,7 @@ struct WinogradTileGradients {
     const TileGroup g(int(item) * kLanes, tiles, H, Wd);
     const std::int64_t dz_floats = std::int64_t(Cout) * B * plane;
     for (int co = 0; co < Cout; co += kLanes) {
-      __m512 block[16][16];  // block[ξ][channel co + c]: a vector over the group's tiles
+      vf block[16][kLanes];  // block[ξ][channel co + c]: a vector over the group's tiles
       for (int c = 0; c < kLanes; ++c) {
         const std::int64_t offset = (std::int64_t(co + c) * B + first) * plane;
         vf d[4][4];
@@ -643,17 +689,17 @@ struct WinogradTileGradients {
         const vf dy00 = d[1][1], dy01 = d[1][2], dy10 = d[2][1], dy11 = d[2][2];
         const vf Ady[4][2] = {{dy00, dy01}, {dy00 + dy10, dy01 + dy11}, {dy00 - dy10, dy01 - dy11}, {-dy10, -dy11}};
         for (int i = 0; i < 4; ++i) {  // (A dy) Aᵀ: columns combined
-          block[4 * i + 0][c] = (__m512)Ady[i][0];
-          block[4 * i + 1][c] = (__m512)(Ady[i][0] + Ady[i][1]);
-          block[4 * i + 2][c] = (__m512)(Ady[i][0] - Ady[i][1]);
-          block[4 * i + 3][c] = (__m512)(-Ady[i][1]);
+          block[4 * i + 0][c] = Ady[i][0];
+          block[4 * i + 1][c] = Ady[i][0] + Ady[i][1];
+          block[4 * i + 2][c] = Ady[i][0] - Ady[i][1];
+          block[4 * i + 3][c] = -Ady[i][1];
         }
       }
       const int cb = co / w, in_row = co % w;  // these channels' place in D's panel rows
       for (int xi = 0; xi < 16; ++xi) {
-        transpose_16x16(block[xi]);  // block[xi][l]: lane l's tile, across the 16 channels
+        transpose_lanes(block[xi]);  // block[xi][l]: lane l's tile, across the kLanes channels
         float* row = D + ((std::int64_t(xi) * (Cout / w) + cb) * T + kLanes * item) * w + in_row;
-        for (int l = 0; l < kLanes; ++l) _mm512_storeu_ps(row + std::int64_t(l) * w, block[xi][l]);
+        for (int l = 0; l < kLanes; ++l) store_vector(row + std::int64_t(l) * w, block[xi][l]);
       }
     }
   }
@@ -704,7 +750,7 @@ struct WinogradWeightGradientSum {
     }
   }
 };
-#endif  // __AVX512F__
+#endif  // FAST_WINOGRAD
 }  // namespace
 #endif
 
@@ -722,7 +768,7 @@ bool multiplies_in_panels(ImageShape xs, ConvShape c) {
 }
 
 bool multiplies_by_winograd(ImageShape xs, ConvShape c) {
-#if MGPU_CUDA || !defined(__AVX512F__)
+#if !FAST_WINOGRAD
   (void)xs, (void)c;
   return false;
 #else
@@ -732,11 +778,12 @@ bool multiplies_by_winograd(ImageShape xs, ConvShape c) {
 }
 
 bool weight_gradient_by_winograd(ImageShape xs, ConvShape c) {
-#if MGPU_CUDA || !defined(__AVX512F__)
+#if !FAST_WINOGRAD
   (void)xs, (void)c;
   return false;
 #else
-  return multiplies_by_winograd(xs, c) && c.out_channels % kLanes == 0;
+  // Whole groups of 16 channels: one vector of AVX-512's, two of AVX2's (D's panel rows).
+  return multiplies_by_winograd(xs, c) && c.out_channels % 16 == 0;
 #endif
 }
 
@@ -759,9 +806,9 @@ void panel_conv_images(const Device& d, const float* x, ImageShape xs, ConvShape
 
 // U [16][Cout][Cin] = Winograd's transform of W [Cout][Cin][3][3] (WinogradWeights).
 void winograd_weights(const Device& d, const float* W, ConvShape c, float* U) {
-#if MGPU_CUDA || !defined(__AVX512F__)
+#if !FAST_WINOGRAD
   (void)d, (void)W, (void)c, (void)U;
-  throw mgpu::Error("winograd_weights: a kernel of the cpu build with AVX-512 only");
+  throw mgpu::Error("winograd_weights: a kernel of the cpu build for AVX-512 or AVX2 only");
 #else
   const i64 pairs = i64(c.out_channels) * c.in_channels;
   mgpu::for_each_index(d, pairs, WinogradWeights{W, U, c.in_channels, c.out_channels},
@@ -774,9 +821,9 @@ void winograd_weights(const Device& d, const float* W, ConvShape c, float* U) {
 // multiplies_by_winograd; b may be null.
 void winograd_conv_images(const Device& d, const float* x, ImageShape xs, ConvShape c, const float* U,
                           const float* b, int first, int count, float* z, i64 ldz) {
-#if MGPU_CUDA || !defined(__AVX512F__)
+#if !FAST_WINOGRAD
   (void)d, (void)x, (void)xs, (void)c, (void)U, (void)b, (void)first, (void)count, (void)z, (void)ldz;
-  throw mgpu::Error("winograd_conv_images: a kernel of the cpu build with AVX-512 only");
+  throw mgpu::Error("winograd_conv_images: a kernel of the cpu build for AVX-512 or AVX2 only");
 #else
   const i64 tiles = i64(count) * ((xs.height + 1) / 2) * ((xs.width + 1) / 2);
   const i64 pixels = i64(count) * xs.height * xs.width;
@@ -792,9 +839,9 @@ void winograd_conv_images(const Device& d, const float* x, ImageShape xs, ConvSh
 // sums; `work` holds its V and D (winograd_dw_floats_of's share of a lane, less dU).
 void winograd_weight_gradient_images(const Device& d, const float* x, const float* dz, ImageShape xs, ConvShape c,
                                      int first, int count, float* work, float* dU) {
-#if MGPU_CUDA || !defined(__AVX512F__)
+#if !FAST_WINOGRAD
   (void)d, (void)x, (void)dz, (void)xs, (void)c, (void)first, (void)count, (void)work, (void)dU;
-  throw mgpu::Error("winograd_weight_gradient_images: a kernel of the cpu build with AVX-512 only");
+  throw mgpu::Error("winograd_weight_gradient_images: a kernel of the cpu build for AVX-512 or AVX2 only");
 #else
   const int Cin = c.in_channels, Cout = c.out_channels, w = Cout % (2 * kLanes) == 0 ? 2 * kLanes : kLanes;
   const i64 T = winograd_tile_positions(xs.height, xs.width, count);
@@ -813,9 +860,9 @@ void winograd_weight_gradient_images(const Device& d, const float* x, const floa
 
 // dW += Gᵀ (the lanes' dU, summed in lane order) G.
 void winograd_weight_gradient_sum(const Device& d, const float* dU, int lanes, ConvShape c, float* dW) {
-#if MGPU_CUDA || !defined(__AVX512F__)
+#if !FAST_WINOGRAD
   (void)d, (void)dU, (void)lanes, (void)c, (void)dW;
-  throw mgpu::Error("winograd_weight_gradient_sum: a kernel of the cpu build with AVX-512 only");
+  throw mgpu::Error("winograd_weight_gradient_sum: a kernel of the cpu build for AVX-512 or AVX2 only");
 #else
   const i64 pairs = i64(c.out_channels) * c.in_channels;
   mgpu::for_each_index(d, pairs, WinogradWeightGradientSum{dU, dW, lanes, c.in_channels, c.out_channels},

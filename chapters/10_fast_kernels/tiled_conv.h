@@ -113,7 +113,8 @@ bool multiplies_in_panels(ImageShape xs, ConvShape c);
 // Whether the cpu build multiplies such a convolution by Winograd's F(2x2, 3x3) (tiled_conv.cu's
 // WinogradConv: 16 multiply-adds per 2x2 output pixels and channel pair where PanelConv does 36),
 // before PanelConv: a 3x3 convolution with stride 1 and padding 1, at least 16 input channels,
-// in a build for AVX-512 (its masked vector instructions; where it was measured). Never in a cuda build.
+// in a build for AVX-512 or AVX2 (its tiles are gathered by 128-bit loads and shuffles; where it
+// was measured faster). Never in a cuda build.
 bool multiplies_by_winograd(ImageShape xs, ConvShape c);
 // Whether the cpu build takes such a convolution's weight gradient by Winograd's transforms too
 // (tiled_conv.cu's WinogradWeightProducts: 16 multiply-adds per tile and channel pair where the
