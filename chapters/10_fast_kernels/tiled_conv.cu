@@ -468,35 +468,26 @@ inline void transpose_in_blocks(vf v[4]) {
 // r[i][j] becomes r[j][i] for a kLanes x kLanes block held as kLanes vectors (r[i] a row): each
 // quadruple of rows transposed in its blocks, then 128-bit blocks across quadruples (64 shuffles
 // for AVX-512's 16 x 16, 16 for AVX2's 8 x 8), no memory.
-#if defined(__AVX512F__)
-inline void transpose_lanes(vf r[16]) {
-  vf u[16];  // u[k + m], block L: column 4L + m of rows k..k+3
-  for (int k = 0; k < 16; k += 4) {
+inline void transpose_lanes(vf r[kLanes]) {
+  vf u[kLanes];  // u[k + m], block L: column 4L + m of rows k..k+3
+  for (int k = 0; k < kLanes; k += 4) {
     for (int m = 0; m < 4; ++m) u[k + m] = r[k + m];
     transpose_in_blocks(u + k);
   }
-  for (int m = 0; m < 4; ++m) {  // column 4L + m = blocks L of u[m], u[4 + m], u[8 + m], u[12 + m]
+  for (int m = 0; m < 4; ++m) {
+#if defined(__AVX512F__)  // column 4L + m = blocks L of u[m], u[4 + m], u[8 + m], u[12 + m]
     const vf even01 = blocks_even(u[m], u[4 + m]), odd01 = blocks_odd(u[m], u[4 + m]);
     const vf even23 = blocks_even(u[8 + m], u[12 + m]), odd23 = blocks_odd(u[8 + m], u[12 + m]);
     r[m] = blocks_even(even01, even23);
     r[4 + m] = blocks_even(odd01, odd23);
     r[8 + m] = blocks_odd(even01, even23);
     r[12 + m] = blocks_odd(odd01, odd23);
-  }
-}
-#else  // AVX2
-inline void transpose_lanes(vf r[8]) {
-  vf u[8];  // u[k + m], block L: column 4L + m of rows k..k+3
-  for (int k = 0; k < 8; k += 4) {
-    for (int m = 0; m < 4; ++m) u[k + m] = r[k + m];
-    transpose_in_blocks(u + k);
-  }
-  for (int m = 0; m < 4; ++m) {  // column 4L + m = block L of u[m], then block L of u[4 + m]
+#else  // AVX2: column 4L + m = block L of u[m], then block L of u[4 + m]
     r[m] = blocks_even(u[m], u[4 + m]);
     r[4 + m] = blocks_odd(u[m], u[4 + m]);
+#endif
   }
 }
-#endif
 
 // kBlocks rows of four floats, slice + at[0], slice + at[1], ..., one in each 128-bit block.
 inline vf load_rows(const float* slice, const std::int32_t* at) {
