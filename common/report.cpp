@@ -328,6 +328,8 @@ ProgressStyle progress_style(Options::Progress p) {
 
 }  // namespace
 
+bool TrainingLog::shows_progress() const { return progress_style(options_.progress) != ProgressStyle::Off; }
+
 void TrainingLog::progress(int epoch, int batch, int batches) {
   const ProgressStyle style = progress_style(options_.progress);
   if (style == ProgressStyle::Off) return;
@@ -336,22 +338,25 @@ void TrainingLog::progress(int epoch, int batch, int batches) {
   if (first) {
     progress_epoch_ = epoch;
     epoch_started_s_ = last_shown_s_ = now;
+    last_shown_batch_ = -1;
   }
-  // A live line is drawn at once and redrawn at most 5 times a second; a plain line every
-  // --print-every batches, or about every 10 s.
+  // A live line is drawn at once and redrawn at most 5 times a second; a plain line each time
+  // the count passes a multiple of --print-every (the finished count may step by several), or
+  // about every 10 s.
   const bool last = batch + 1 == batches;
+  const int every = options_.print_every;
   const bool due = style == ProgressStyle::Live ? first || now - last_shown_s_ >= 0.2 || last
-                   : options_.print_every > 0   ? (batch + 1) % options_.print_every == 0
+                   : every > 0                  ? (batch + 1) / every > (last_shown_batch_ + 1) / every
                                                 : now - last_shown_s_ >= 10;
   if (!due) return;
   last_shown_s_ = now;
-  // "batch k": k batches queued. The rate shown is the last epoch's, measured with the devices
-  // synchronized (none in the first). The time left is the longer of two guesses: the last
-  // epoch's rate, and this epoch's so far by the host's clock, counted once the epoch has run a
-  // second. The host's clock alone would not do: a batch's call returns once its work is queued,
-  // and the host runs ahead of the devices by as many batches as their queues hold (on a GPU,
-  // most of a LeNet epoch), so this epoch's rate can only look too fast; but where this epoch
-  // is slower than the last (another machine's load, a first epoch), it is the better guess.
+  last_shown_batch_ = batch;
+  // "batch k": k batches finished by the devices (the epoch loop counts them: train_loop.h's
+  // devices). The rate shown is the last epoch's, measured with the devices synchronized (none
+  // in the first). The time left is the longer of two guesses: the last epoch's rate, and this
+  // epoch's so far (finished batches by the clock), counted once the epoch has run a second;
+  // where this epoch is slower than the last (another machine's load, a first epoch), the second
+  // is the better guess.
   char line[192];
   int n = std::snprintf(line, sizeof line, "  epoch %d/%d  batch %d/%d", epoch, options_.epochs, batch + 1, batches);
   const double left = batches - 1 - batch, elapsed = now - epoch_started_s_;

@@ -136,6 +136,9 @@ class TrainingLog {
   // as options.progress and options.print_every say. Call it after every batch; it prints
   // only now and then, and costs a clock reading otherwise.
   void progress(int epoch, int batch, int batches);
+  // Whether progress() shows anything (--progress off, or auto on a rank that does not draw:
+  // no), so that a caller spends nothing on counting batches for it otherwise.
+  bool shows_progress() const;
   // Prints the epoch line, appends the epoch's row to the CSV (flushed, and checked: a row that
   // cannot be written throws mgpu::Error naming the file) and rewrites the JSON. A training loss
   // that is not finite (the run diverged: lower --lr) throws mgpu::Error after the line and the
@@ -179,6 +182,7 @@ class TrainingLog {
   // The progress of the epoch running: which epoch, and when its progress was last shown.
   int progress_epoch_ = 0;
   double last_shown_s_ = 0;
+  int last_shown_batch_ = -1;  // the batch last shown (0-based): --print-every counts from it
   double epoch_started_s_ = 0;  // when the progress epoch's first report came
   bool line_drawn_ = false;  // a live line is on the terminal, to be erased before the next line
 };

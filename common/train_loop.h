@@ -6,7 +6,8 @@
 //     wait for the devices, start the clock          (the training loop only is timed, as in d2l)
 //     draw the epoch's permutation (seeded by o.seed and the epoch: common/batches.h)
 //     start_epoch(epoch, order)                      the chapter uploads it, zeroes its sums
-//     for each batch b:  step({epoch, b, first, n, lr})   then the progress line
+//     for each batch b:  step({epoch, b, first, n, lr})   then the progress line, which counts
+//                        the batches the devices have finished (not those queued: see devices)
 //     wait for the devices, stop the clock           (epoch_seconds: between processes, the slowest)
 //     train_metrics(), test_accuracy()               the epoch's loss, train and test accuracy
 //     the epoch's line, CSV row and JSON             (TrainingLog; none on a rank that does not log)
@@ -22,6 +23,7 @@
 
 #include "batches.h"
 #include "cli.h"
+#include "device.h"
 #include "report.h"
 
 namespace mgpu {
@@ -54,6 +56,12 @@ struct EpochLoop {
   std::function<double(double seconds)> epoch_seconds;
   // Optional: after the epoch's line is printed and its row written.
   std::function<void(const EpochRecord& record)> epoch_ended;
+  // Optional: the devices `step` queues its work on. A step returns once its work is queued, and
+  // the host runs ahead of the devices by as many batches as their queues hold; given the
+  // devices, the loop marks each batch's end on every one (an Event) and the progress line counts
+  // the batches they have finished, so its "batch k/n" and time left are the devices'. Without
+  // them it counts the steps returned, which is right only where a step waits for its work.
+  std::vector<Device> devices;
 };
 
 // Trains epochs first_epoch .. o.epochs - 1 of `train_examples` examples in batches of

@@ -21,11 +21,14 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/report.h"
+#include "captured_output.h"  // output_of, stdout_of
 #include "resource_limits.h"  // FileSizeLimit
 
 namespace {
 
 namespace fs = std::filesystem;
+using testing::output_of;
+using testing::stdout_of;
 
 // A fresh, empty folder under the system's temporary folder.
 fs::path fresh_folder(const std::string& name) {
@@ -228,32 +231,6 @@ TEST_CASE("prepare_output_folder makes the folder, and refuses one that cannot b
 
 namespace {
 
-// What `f` prints on file descriptor fd (1: stdout, 2: stderr, child processes' included),
-// sent to a file while it runs.
-template <class F>
-std::string output_of(int fd, F f) {
-  const fs::path file =
-      fs::temp_directory_path() / ("mgpu_test_output_" + std::to_string(fd) + "_" + std::to_string(getpid()));
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const int saved = dup(fd);
-  FILE* capture = std::fopen(file.c_str(), "w");
-  dup2(fileno(capture), fd);
-  f();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  dup2(saved, fd);
-  close(saved);
-  std::fclose(capture);
-  const std::string text = read_file(file);
-  fs::remove(file);
-  return text;
-}
-template <class F>
-std::string stdout_of(F f) {
-  return output_of(1, f);
-}
-
 TEST_CASE("--progress: on draws a live line and erases it; off draws nothing; auto, in a log, plain lines") {
   const fs::path out = fresh_folder("progress");
   mgpu::Options o = options_into(out);
@@ -291,6 +268,20 @@ TEST_CASE("--print-every N: in a log, a plain line every N batches, with the las
   CHECK(text.find("  epoch 2/10  batch 4/8  500 images/s (last epoch)  ETA 1.0 s\n") != std::string::npos);
   CHECK(text.find("  epoch 2/10  batch 8/8  500 images/s (last epoch)  ETA 0.0 s\n") != std::string::npos);
   CHECK(text.find("batch 3/8") == std::string::npos);
+  fs::remove_all(out.parent_path());
+}
+
+TEST_CASE("--print-every N: a count that steps past a multiple of N shows a line there") {
+  // The epoch loop counts batches the devices have finished, which may advance by several at once.
+  const fs::path out = fresh_folder("print_every_steps");
+  mgpu::Options o = options_into(out);
+  o.print_every = 4;
+  mgpu::TrainingLog log("01_lenet", "print_every_steps", o, {}, 1, 1000);
+  const std::string text = stdout_of([&] {
+    for (int b : {2, 6, 7, 8, 11}) log.progress(1, b, 12);  // 3, 7, 8, 9 and 12 batches done
+  });
+  CAPTURE(text);
+  CHECK(text == "  epoch 1/10  batch 7/12\n  epoch 1/10  batch 8/12\n  epoch 1/10  batch 12/12\n");
   fs::remove_all(out.parent_path());
 }
 

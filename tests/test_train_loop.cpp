@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +20,10 @@
 #include "common/timer.h"
 #include "common/train_loop.h"
 #include "common/vector_ops.h"
+#include "captured_output.h"  // stdout_of
+#if !MGPU_CUDA
+#include "common/cpu_stream.h"  // a held device: work queued on its stream waits for a gate
+#endif
 #include "temp_dir.h"
 
 namespace {
@@ -145,6 +152,49 @@ TEST_CASE("train_epochs: the log gets every epoch's line and row") {
   REQUIRE(log.records().size() == 2);
   CHECK(log.records()[1].test_acc == doctest::Approx(0.51));
 }
+
+#if !MGPU_CUDA
+TEST_CASE("train_epochs: the progress line counts the batches the devices have finished, not those queued") {
+  // The device runs nothing until the epoch's last step opens a gate: the three steps before it
+  // return at once, their work still queued. Counting queued batches would show 1/4 and 2/4.
+  testing::TempDir out;
+  Seen seen;
+  mgpu::Options o = options(2, 25);
+  o.out = out.path.string();
+  o.print_every = 1;  // under ctest stdout is not a terminal: a plain line each time a batch is done
+  mgpu::DeviceSet devices(1);
+  const mgpu::Device& d = devices[0];
+  std::atomic<bool> gate{false};
+  mgpu::EpochLoop loop = fake_chapter(seen, 100);
+  loop.devices = {d};
+  loop.step = [&](const mgpu::BatchOf& b) {
+    if (b.index == 0) {
+      gate = false;
+      d.stream->submit([&gate] {
+        while (!gate) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    }
+    if (b.index == 3) {
+      gate = true;
+      mgpu::synchronize(d);  // all four finished before the progress line is drawn
+    }
+  };
+  loop.synchronize = [&] { devices.synchronize(); };
+  mgpu::TrainingLog log("01_lenet", "finished_batches", o, {}, 1, 100);
+  const std::string text = testing::stdout_of([&] { mgpu::train_epochs(o, 100, 25, loop, &log); });
+  CAPTURE(text);
+  // While the device was held nothing was finished, so nothing was shown; after the last step
+  // three batches are finished for certain (the fourth's mark was queued after the wait, and may
+  // or may not have passed when the line is drawn).
+  for (const char* queued : {"batch 1/4", "batch 2/4"}) CHECK(text.find(queued) == std::string::npos);
+  for (const char* epoch : {"  epoch 1/2  batch ", "  epoch 2/2  batch "}) {
+    const std::size_t at = text.find(epoch);
+    REQUIRE(at != std::string::npos);
+    const std::string shown = text.substr(at + std::string(epoch).size(), 3);
+    CHECK((shown == "3/4" || shown == "4/4"));
+  }
+}
+#endif
 
 TEST_CASE("train_epochs: the result line's peak_mib is the most one device's buffers held while it trained") {
   testing::TempDir out;

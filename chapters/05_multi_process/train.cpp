@@ -279,6 +279,7 @@ RunResult train(const World& w, const mgpu::Device& d, const mgpu::FashionMnist&
     train_step(s, sampler, b.index, allreduce, b.lr, c.overlap);
   };
   loop.synchronize = [&] { collective.synchronize(d); };
+  loop.devices = {d};  // the progress line counts the batches d has finished
   // The slowest rank's time: the others waited for it in every allreduce.
   loop.epoch_seconds = [&](double seconds) { return max_over_ranks(w, seconds); };
   loop.train_metrics = [&] {
