@@ -65,13 +65,18 @@ twin_compare() {
   local program=$1 twin=$2
   shift 2
   local build_dir=build
+  local usage="usage: $0 [BUILD_DIR] [-- extra flags passed to both programs]"
+  if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+    echo "$usage"
+    exit 0
+  fi
   if [[ $# -gt 0 && $1 != -- ]]; then
     build_dir=$1
     shift
   fi
   if [[ $# -gt 0 ]]; then
     if [[ $1 != -- ]]; then
-      echo "usage: $0 [BUILD_DIR] [-- extra flags passed to both programs]" >&2
+      echo "$usage" >&2
       exit 2
     fi
     shift

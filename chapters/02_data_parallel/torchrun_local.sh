@@ -9,6 +9,10 @@
 # below. The interpreter is Debian's /usr/bin/python3 (where python3-torch is installed), or
 # MGPU_PYTHON.
 set -euo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  echo "usage: $0 K SCRIPT [ARGS...]   (K: the number of processes, at least 1)"
+  exit 0
+fi
 if [[ $# -lt 2 || ! $1 =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: $0 K SCRIPT [ARGS...]   (K: the number of processes, at least 1)" >&2
   exit 2
