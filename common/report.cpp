@@ -642,14 +642,16 @@ bool plot_runs(const std::string& png_path, const std::string& title,
   for (const auto& curve : curves) gp << ", 1/0 with lines lw 2 lc rgb '" << curve[2] << "' title '" << curve[1] << "'";
   gp << "\n";
   // Time per epoch: the epochs that sec_per_epoch averages (column 6, in_sec_per_epoch, is 1) as
-  // a line; the first epoch, which also pays one-time set-up, as an open circle.
+  // a line; the first epoch, which also pays one-time set-up, as an open circle. A run alone is
+  // named by the title already: its line is "seconds per epoch" (a long run name would not fit
+  // below the plot, and gnuplot would drop the key).
   gp << "set key below left vertical maxrows " << key_rows << "\nset xlabel 'epoch'\nset ylabel 'seconds per epoch'\n"
      << "set yrange [0:*]\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string file = gnuplot_file(runs[i].second, png_path);
     const std::string time_colour = std::string(" lc rgb '") + run_colours[i % 6] + "'";
     gp << (i ? ", " : "") << file << " using 1:($6 == 1 ? $5 : 1/0) with linespoints" << time_colour << run_style(i)
-       << " title '" << runs[i].first << "', " << file << " using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5"
+       << " title '" << (runs.size() > 1 ? runs[i].first : "seconds per epoch") << "', " << file << " using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5"
        << time_colour << " notitle";
   }
   gp << ", 1/0 with points pt 6 ps 1.5 lc rgb '#000000' title 'first epoch: one-time set-up included'";

@@ -329,6 +329,8 @@ TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, a
   CHECK(count(script_both, "set key below") == 2);
   CHECK(script_both.find("set key inside") == std::string::npos);
   CHECK(script_both.find("set xtics 1\n") != std::string::npos);
+  CHECK(script_one.find("title 'seconds per epoch'") != std::string::npos);  // a run alone: its name is the title's
+  CHECK(script_one.find("title 'one'") == std::string::npos);
   if (gnuplot_installed()) {
     CHECK(drew_one);
     CHECK(drew_both);
