@@ -202,14 +202,17 @@ prune_pushes() {
 }
 
 # redraw_runs: each run's own pictures drawn again from its CSVs, with no run: its training
-# (tools/redraw_run_plots.sh) and its staleness histogram, as the program draws it (main.cpp).
+# (tools/redraw_run_plots.sh) and its staleness histogram, as the program draws it (main.cpp),
+# with its gnuplot script beside it, as the program leaves it.
 redraw_runs() {
   "$root/tools/redraw_run_plots.sh" --build "$build" "$out" "$out"/lr*/
   local csv png name stalest
   for csv in "$out"/*_staleness.csv "$out"/lr*/*_staleness.csv; do
     png=${csv%.csv}.png name=$(basename "${csv%_staleness.csv}")
     stalest=$(awk -F, '$1 == 0 { n++ } END { print (n > 0 ? n : 1) }' "$csv")
-    (cd "$(dirname "$csv")" && gnuplot) <<PLOT
+    cat >"${csv%.csv}.gp" <<PLOT
+# cd to this folder, then: gnuplot $(basename "${csv%.csv}.gp")
+# drawn again at commit $MGPU_FIGURES_COMMIT by make_figures.sh redraw, from the CSV (the run's commit: $name.json)
 set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
 set output '$(basename "$png")'
 set datafile separator ','
@@ -224,6 +227,7 @@ set boxwidth 0.8
 set key off
 plot '$(basename "$csv")' using 2:(\$1 == 0 ? \$3 : 1/0) with boxes
 PLOT
+    (cd "$(dirname "$csv")" && gnuplot "$(basename "${csv%.csv}.gp")")
     echo "wrote $png"
   done
 }
