@@ -608,36 +608,58 @@ int epochs_in(const std::string& csv) {
 bool plot_runs(const std::string& png_path, const std::string& title,
                const std::vector<std::pair<std::string, std::string>>& runs) {
   // Epochs 1..N on the x-axis, half an epoch of margin each side, so that a run of one epoch is
-  // a point in the middle of the plot (an x range of one value makes gnuplot warn).
+  // a point in the middle of the plot (an x range of one value makes gnuplot warn); a tick at
+  // every epoch up to 20, never at a fraction of one.
   int epochs = 1;
   for (const auto& run : runs) epochs = std::max(epochs, epochs_in(run.second));
+  // The keys lie below the plots, never over a curve: the curves' under the left one, a row each;
+  // the runs' under the right one, a row each and one for the open circle. Both plots keep the
+  // same bottom margin, so that their axes line up; the picture grows by a row per run past two.
+  const int key_rows = std::max<int>(3, static_cast<int>(runs.size()) + 1);
   std::ostringstream gp;
-  gp << "set grid\n"
+  gp << "set terminal pngcairo size 1000," << 400 + 16 * (key_rows - 3) << " font 'sans,10' noenhanced\n"
+     << "set grid\n"
      << "set xrange [0.5:" << epochs + 0.5 << "]\n"
-     << (epochs <= 20 ? "set xtics 1\n" : "")
+     << (epochs <= 20 ? "set xtics 1\n" : "set xtics 1, 1 + (" + std::to_string(epochs) + " - 1) / 10\n")
+     << "set bmargin " << 4 + key_rows << "\n"
+     << "set offsets 0, 0, graph 0.05, 0\n"  // no point on the top border
      << "set multiplot layout 1,2 title '" << title << "'\n";
   // d2l's picture of training: the training loss (column 2), the training accuracy (3) and the
-  // test accuracy (4) per epoch, on one axis; one colour per run, one dash type per curve.
-  gp << "set key below horizontal\nset xlabel 'epoch'\nset ylabel 'loss, accuracy'\nset yrange [0:*]\nplot ";
-  const char* curves[3][2] = {{"2", "train loss"}, {"3", "train acc"}, {"4", "test acc"}};
+  // test accuracy (4) per epoch, on one axis, each curve in a colour of its own (d2l's blue,
+  // magenta and green, as told apart by readers who do not see red from green: Okabe and Ito's).
+  // Runs are told apart by their dash type and point type, the same in both plots; in the plot of
+  // the time per epoch, by their colour too (the colours Okabe and Ito keep for other things).
+  const char* curves[3][3] = {
+      {"2", "train loss", "#0072b2"}, {"3", "train acc", "#cc79a7"}, {"4", "test acc", "#009e73"}};
+  const int points[] = {7, 5, 9, 13, 11, 15};
+  const char* run_colours[] = {"#000000", "#e69f00", "#56b4e9", "#d55e00", "#808080", "#f0e442"};
+  const auto run_style = [&](std::size_t i) {
+    return " dt " + std::to_string(i + 1) + " pt " + std::to_string(points[i % 6]);
+  };
+  gp << "set key below left vertical maxrows 3\nset xlabel 'epoch'\nset ylabel 'loss, accuracy'\nset yrange [0:*]\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string file = gnuplot_file(runs[i].second, png_path);
-    const std::string who = runs.size() > 1 ? runs[i].first + ": " : "";
     for (int c = 0; c < 3; ++c)
-      gp << (i || c ? ", " : "") << file << " using 1:" << curves[c][0] << " with linespoints lc " << i + 1 << " dt "
-         << c + 1 << " pt " << 7 + c << " title '" << who << curves[c][1] << "'";
+      gp << (i || c ? ", " : "") << file << " using 1:" << curves[c][0] << " with linespoints lc rgb '" << curves[c][2]
+         << "'" << run_style(i) << " notitle";
   }
+  // The key names the curves by their colours alone (the runs' styles are named beside the other plot).
+  for (const auto& curve : curves) gp << ", 1/0 with lines lw 2 lc rgb '" << curve[2] << "' title '" << curve[1] << "'";
   gp << "\n";
   // Time per epoch: the epochs that sec_per_epoch averages (column 6, in_sec_per_epoch, is 1) as
-  // a line; the first epoch, which also pays one-time set-up, as an open circle of the same colour.
-  gp << "set key inside bottom right\nset xlabel 'epoch'\nset ylabel \"seconds per epoch\\n(open circle: one-time set-up included)\"\n"
+  // a line; the first epoch, which also pays one-time set-up, as an open circle. A run alone is
+  // named by the title already: its line is "seconds per epoch" (a long run name would not fit
+  // below the plot, and gnuplot would drop the key).
+  gp << "set key below left vertical maxrows " << key_rows << "\nset xlabel 'epoch'\nset ylabel 'seconds per epoch'\n"
      << "set yrange [0:*]\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string file = gnuplot_file(runs[i].second, png_path);
-    gp << (i ? ", " : "") << file << " using 1:($6 == 1 ? $5 : 1/0) with linespoints lc " << i + 1 << " title '"
-       << runs[i].first << "', " << file << " using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5 lc " << i + 1
-       << " notitle";
+    const std::string time_colour = std::string(" lc rgb '") + run_colours[i % 6] + "'";
+    gp << (i ? ", " : "") << file << " using 1:($6 == 1 ? $5 : 1/0) with linespoints" << time_colour << run_style(i)
+       << " title '" << (runs.size() > 1 ? runs[i].first : "seconds per epoch") << "', " << file << " using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5"
+       << time_colour << " notitle";
   }
+  gp << ", 1/0 with points pt 6 ps 1.5 lc rgb '#000000' title 'first epoch: one-time set-up included'";
   gp << "\nunset multiplot\n";
   return run_gnuplot(png_path, gp.str());
 }

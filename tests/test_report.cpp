@@ -302,8 +302,26 @@ TEST_CASE("plot_runs: d2l's three curves over epochs 1..N, the time per epoch, a
   const std::string script_one = read_file(out / "one.gp"), script_both = read_file(out / "both.gp");
   CHECK(script_one.find("set xrange [0.5:1.5]") != std::string::npos);
   CHECK(script_both.find("set xrange [0.5:3.5]") != std::string::npos);
-  for (const char* curve : {"using 1:2 ", "using 1:3 ", "using 1:4 ", "title 'three: train loss'", "title 'one: test acc'"})
-    CHECK_MESSAGE(script_both.find(curve) != std::string::npos, curve);
+  // Each curve in a colour of its own, the same in every run; the runs told apart by dash and
+  // point type; the key names the curves and the runs; every key lies below its plot, none over
+  // a curve; a tick at every epoch, none between.
+  const auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* curve : {"using 1:2 with linespoints lc rgb '#0072b2'", "using 1:3 with linespoints lc rgb '#cc79a7'",
+                            "using 1:4 with linespoints lc rgb '#009e73'"})
+    CHECK_MESSAGE(count(script_both, curve) == 2, curve);
+  for (const char* title : {"title 'train loss'", "title 'train acc'", "title 'test acc'", "title 'one'", "title 'three'"})
+    CHECK_MESSAGE(count(script_both, title) == 1, title);
+  CHECK(script_both.find("dt 1 pt 7") != std::string::npos);
+  CHECK(script_both.find("dt 2 pt 5") != std::string::npos);
+  CHECK(count(script_both, "set key below") == 2);
+  CHECK(script_both.find("set key inside") == std::string::npos);
+  CHECK(script_both.find("set xtics 1\n") != std::string::npos);
+  CHECK(script_one.find("title 'seconds per epoch'") != std::string::npos);  // a run alone: its name is the title's
+  CHECK(script_one.find("title 'one'") == std::string::npos);
   if (gnuplot_installed()) {
     CHECK(drew_one);
     CHECK(drew_both);

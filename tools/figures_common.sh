@@ -152,7 +152,22 @@ stamp() {
     echo "error: $1 was not drawn, though gnuplot is installed (see the output above)" >&2
     exit 1
   fi
+  if [ "${redrawing:-0}" = 1 ]; then redraw_stamp "$1"; return 0; fi
   "$root/tools/machine_stamp.sh" "$build" >"${1%.png}.stamp.txt"
+}
+
+# redraw_stamp PNG: PNG was drawn again, with no run, from the CSVs an earlier run of the script
+# left beside it (a script's redraw target; stamp does this where $redrawing is 1). Its stamp keeps
+# what the numbers were measured on, that run's commit included, and gains a line that names the
+# commit that drew the picture. A picture without a stamp has nothing to keep: that is an error.
+redraw_stamp() {
+  local file=${1%.png}.stamp.txt measured
+  measured=$(grep -v '^drawn:' "$file" 2>/dev/null) ||
+    { echo "error: $file is missing: what $1's numbers were measured on is not known; make them again" >&2; exit 1; }
+  printf '%s\ndrawn:    %s%s, %s (the plot only, from the CSVs beside it: the numbers are those measured above)\n' \
+    "$measured" "${MGPU_FIGURES_COMMIT:-unknown commit}" \
+    "$([ -n "$("$root/tools/source_changes.sh" 2>/dev/null)" ] && echo ' + UNCOMMITTED CHANGES')" \
+    "$(date -u '+%Y-%m-%d %H:%M UTC')" >"$file"
 }
 
 # copy_plot FROM TO: the plot a program drew (FROM) copied to TO, with its stamp; where gnuplot

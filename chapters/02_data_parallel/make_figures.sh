@@ -15,17 +15,19 @@
 #             4-device sweep once more with one epoch of warm-up (--warmup-epochs 1); then the
 #             4-device sweeps again with 4 times the epochs, which gives them as many steps as
 #             1 device takes: what the larger batch lacks, steps or a smaller rate.
+#   redraw    no run: scaling's figure drawn again from the CSVs an earlier scaling left in
+#             figures/ (its stamp keeps what they were measured on, and names the commit that drew it).
 #
 # Usage (from anywhere, after building):
-#   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] curves|scaling|lr|all
+#   chapters/02_data_parallel/make_figures.sh [--build DIR] [--out DIR] [--quick] curves|scaling|lr|redraw|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: smaller runs, to see that everything works.
 # Takes (cpu backend, 2 cores): curves about 3 minutes, scaling about 1.5, lr about 30 with
 # other work sharing the cores (less on a quiet machine); run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
-figures_parse "curves|scaling|lr" "$@"
-require_programs 02_data_parallel
+figures_parse "curves|scaling|lr|redraw" "$@"
+[ "$what" = redraw ] || require_programs 02_data_parallel
 program=$build/bin/02_data_parallel
 
 # result_field LOG DEVICES FIELD: FIELD of the result line of the DEVICES-device run in LOG
@@ -104,8 +106,12 @@ scaling() {
   cat "$runs"/strong_k2.log "$runs"/weak_k2.log "$runs"/strong_k4.log "$runs"/weak_k4.log >"$out/02_scaling_$backend.log"
   echo "wrote $csv, $steps, $out/02_scaling_$backend.log"
   cat "$csv" "$steps"
-  if can_draw "$out/02_scaling_$backend.png"; then
-    gnuplot -c /dev/stdin "$out/02_scaling_$backend.png" "$csv" "$steps" "$backend" <<'PLOT'
+  draw_scaling "$csv" "$steps" "$backend"
+}
+
+draw_scaling() {  # draw_scaling CSV STEPS_CSV BACKEND
+  if can_draw "$out/02_scaling_$3.png"; then
+    gnuplot -c /dev/stdin "$out/02_scaling_$3.png" "$1" "$2" "$3" <<'PLOT'
 set terminal pngcairo size 1200,400 font 'sans,10' noenhanced
 set output ARG1
 set datafile separator ','
@@ -116,10 +122,13 @@ set xlabel 'devices'
 set xtics (1, 2, 4)
 set ylabel 'training images per second'
 set title 'throughput'
+# Room above the curves for the key: the ideal line ends at the top right, under it otherwise.
+set offsets 0, 0, graph 0.25, 0
 plot ARG2 using 2:(strcol(1) eq 'strong' ? $4 : 1/0) with linespoints lw 2 title 'strong: global batch 256', \
      ''   using 2:(strcol(1) eq 'weak' ? $4 : 1/0) with linespoints lw 2 title 'weak: 256 per device', \
      ''   using 2:(strcol(1) eq 'strong' ? $4 / $5 * $6 : 1/0) with lines dt 2 lc 'gray' title 'ideal (k times 1 device)'
 set title 'speed-up'
+set offsets 0, 0, 0, 0
 set ylabel 'speed-up over 1 device'
 plot ARG2 using 2:(strcol(1) eq 'strong' ? $5 : 1/0) with linespoints lw 2 title 'strong', \
      ''   using 2:(strcol(1) eq 'weak' ? $5 : 1/0) with linespoints lw 2 title 'weak', \
@@ -140,8 +149,8 @@ plot ARG3 using 2:xtic(1) title 'split', '' using 3 title 'compute', '' using 4 
      '' using 5 title 'allreduce', '' using 6 title 'sgd'
 unset multiplot
 PLOT
-    stamp "$out/02_scaling_$backend.png"
-    echo "wrote $out/02_scaling_$backend.png"
+    stamp "$out/02_scaling_$3.png"
+    echo "wrote $out/02_scaling_$3.png"
   fi
 }
 
@@ -210,4 +219,12 @@ case "$what" in
   lr) lr_sweep ;;
   curves) curves ;;
   all) curves; scaling; lr_sweep ;;
+  redraw)
+    # shellcheck disable=SC2034  # read by figures_common.sh's stamp
+    redrawing=1
+    for csv in "$out"/02_scaling_*.csv; do
+      [ -f "$csv" ] || { echo "error: no 02_scaling_<backend>.csv in $out: run scaling first" >&2; exit 1; }
+      backend=${csv%.csv} backend=${backend##*_}
+      draw_scaling "$csv" "$out/02_step_time_$backend.csv" "$backend"
+    done ;;
 esac

@@ -9,16 +9,18 @@
 #             busbw, wrong elements), and the measured times beside the cost model's
 #             predictions: for this machine (alpha and beta calibrated here) and for two
 #             interconnects it may not have (PCIe Gen4, NVLink 4), one panel per device count.
+#   model     no run: bench's second figure drawn again from the CSVs an earlier bench left in
+#             figures/ (its stamp keeps what they were measured on, and names the commit that drew it).
 #
 # Usage (from anywhere, after building):
-#   chapters/03_ring_allreduce/make_figures.sh [--build DIR] [--out DIR] [--quick] training|bench|all
+#   chapters/03_ring_allreduce/make_figures.sh [--build DIR] [--out DIR] [--quick] training|bench|model|all
 # Default build folder build/, default output this chapter's figures/ (where the README's
 # figures come from). --quick: tiny runs, to see that everything works.
 # Takes (cpu backend, 2 cores): training about 2.5 minutes, bench about 1.5 (all: about 4); run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
-figures_parse "training|bench" "$@"
-require_programs 03_ring_allreduce 03_allreduce_bench
+figures_parse "training|bench|model" "$@"
+[ "$what" = model ] || require_programs 03_ring_allreduce 03_allreduce_bench
 
 training() {
   local args=()
@@ -60,7 +62,7 @@ plot_model() {  # plot_model BENCH_CSV MODEL_CSV PNG BACKEND
   can_draw "$3" || return 0
   local counts; counts=$(awk -F, 'NR > 1 { print $2 }' "$1" | sort -un | tr '\n' ' ')
   gnuplot -c /dev/stdin "$@" "$counts" <<'PLOT'
-set terminal pngcairo size 1200,420 font 'sans,10' noenhanced
+set terminal pngcairo size 1200,480 font 'sans,10' noenhanced
 set output ARG3
 set datafile separator ','
 n = words(ARG5)
@@ -71,13 +73,16 @@ set xtics 1024
 set format x '%.0b%B'
 set xlabel 'message (bytes)'
 set ylabel 'time per allreduce (us)'
-set key top left font ',8'
+# One key for the three panels, below the first: inside, it lay over the measured points.
+set key below left vertical maxrows 4 font ',8'
+set bmargin 8
 here = 'this machine (shared memory)'
 pcie = 'PCIe Gen4 x16 (A100 80GB PCIe)'
 nvlink = 'NVLink 4 + NVSwitch (H100 SXM5)'
 do for [i = 1:n] {
   k = int(word(ARG5, i))
   set title sprintf('%d devices', k)
+  if (i > 1) { unset key }
   plot ARG1 using ($2 == k && strcol(1) eq 'naive' ? $3 : 1/0):5 with points pt 7 lc 1 title 'naive, measured', \
        ''   using ($2 == k && strcol(1) eq 'ring' ? $3 : 1/0):5 with points pt 5 lc 2 title 'ring, measured', \
        ARG2 using ($2 == k && strcol(1) eq here ? $3 : 1/0):4 with lines lc 1 title 'naive, model of this machine', \
@@ -96,5 +101,13 @@ PLOT
 case "$what" in
   training) training ;;
   bench) bench ;;
+  model)
+    # shellcheck disable=SC2034  # read by figures_common.sh's stamp
+    redrawing=1
+    for csv in "$out"/03_allreduce_bench_*_model.csv; do
+      [ -f "$csv" ] || { echo "error: no 03_allreduce_bench_<backend>_model.csv in $out: run bench first" >&2; exit 1; }
+      backend=${csv%_model.csv} backend=${backend##*_}
+      plot_model "${csv%_model.csv}.csv" "$csv" "$out/03_allreduce_model_$backend.png" "$backend"
+    done ;;
   all) training; bench ;;
 esac

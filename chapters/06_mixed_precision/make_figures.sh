@@ -13,6 +13,8 @@
 #   accumulate  fp32 on 2 devices, 20,000 images: batch 256; batch 64; batch 64 with
 #               --accumulate 4 (the step of batch 256 with the memory of batch 64). A table
 #               (accumulate.md) and the curves.
+#   scaler      no run: scaler.png drawn again from the logs and CSVs precision left in figures/logs
+#               (its stamp keeps what they were measured on, and names the commit that drew it).
 #
 # Usage (from anywhere, after building):
 #   chapters/06_mixed_precision/make_figures.sh [--build DIR] [--out DIR] [--quick] precision|accumulate|all
@@ -30,7 +32,7 @@ keep=0
 limit=""
 limit_k2=20000
 what=""
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] [--limit-train N] [--limit-train-k2 N] [--keep] precision|accumulate|all"
+usage="usage: $0 [--build DIR] [--out DIR] [--quick] [--limit-train N] [--limit-train-k2 N] [--keep] precision|accumulate|scaler|all"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=${2:?$usage}; shift 2 ;;
@@ -40,15 +42,16 @@ while [ $# -gt 0 ]; do
     --limit-train-k2) limit_k2=${2:?$usage}; shift 2 ;;
     --keep) keep=1; shift ;;
     -h|--help) echo "$usage"; exit 0 ;;
-    precision|accumulate|all) what=$1; shift ;;
+    precision|accumulate|scaler|all) what=$1; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [ -n "$what" ] || { echo "$usage" >&2; exit 2; }
 require_committed_tree  # figures from committed code only (tools/figures_common.sh)
 program=$build/bin/06_mixed_precision
-[ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
+[ "$what" = scaler ] || [ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 mkdir -p "$out/logs"
+out=$(cd "$out" && pwd)  # absolute: the scaler's plot is drawn from the repository's root
 recipe=()
 [ "$quick" = 1 ] && recipe=(--epochs 2 --limit-train 5120)
 [ -n "$limit" ] && recipe+=(--limit-train "$limit")
@@ -153,17 +156,24 @@ precision() {
       "fp32_k$k" fp32 "tf32_k$k" tf32 "bf16_k$k" bf16 "fp16_scaled_k$k" "fp16, loss scaling" \
       "fp16_unscaled_k$k" "fp16, no loss scaling"
   done
-  # The scaler's record: the scale at each epoch's end, the skipped steps, the gradients flushed.
+  draw_scaler
+}
+
+# The scaler's record: the scale at each epoch's end, the skipped steps, the gradients flushed.
+# (The logs name the CSVs from the repository's root, or absolutely.)
+draw_scaler() {
   if can_draw "$out/scaler.png"; then
     local s1 s2 m1 m2
     s1=$(scaler_csv_of "$out/logs/fp16_scaled_k1.log"); s2=$(scaler_csv_of "$out/logs/fp16_scaled_k2.log")
     m1=$(scaler_csv_of "$out/logs/fp16_mean_scaled_k1.log"); m2=$(scaler_csv_of "$out/logs/fp16_mean_unscaled_k1.log")
-    gnuplot <<PLOT
-set terminal pngcairo size 1200,400 font 'sans,10' noenhanced
+    (cd "$root" && gnuplot) <<PLOT
+set terminal pngcairo size 1200,450 font 'sans,10' noenhanced
 set output '$out/scaler.png'
 set datafile separator ','
-set key autotitle columnhead top right
+set key below vertical maxrows 3
+set bmargin 7
 set grid
+set xtics 1
 set xlabel 'epoch'
 set multiplot layout 1,3 title '06_mixed_precision: dynamic loss scaling in fp16 (d2l recipe)'
 set logscale y 2
@@ -204,8 +214,10 @@ accumulate() {
     acc_b256_m1 "batch 256" acc_b64_m1 "batch 64" acc_b64_m4 "batch 64 x 4 micro-batches"
 }
 
+# shellcheck disable=SC2034  # redrawing: read by figures_common.sh's stamp
 case "$what" in
   precision) precision ;;
   accumulate) accumulate ;;
+  scaler) redrawing=1; draw_scaler ;;  # redrawing: read by figures_common.sh's stamp
   all) precision; accumulate ;;
 esac

@@ -133,7 +133,7 @@ void write_push_files(const std::string& run, const mgpu::Options& o, const ps::
   if (mgpu::run_gnuplot(png, "set title '" + run + ": staleness of the pushes (all epochs)'\n"
                              "set xlabel 'staleness (updates between pull and push)'\nset ylabel 'pushes'\n"
                              "set xrange [-0.5:" + std::to_string(std::max<std::size_t>(stalest, 1)) + "-0.5]\n"
-                             "set yrange [0:*]\nset style fill solid 0.6\nset boxwidth 0.8\nset key off\n"
+                             "set xtics 1\nset yrange [0:*]\nset style fill solid 0.6\nset boxwidth 0.8\nset key off\n"
                              "plot " + mgpu::gnuplot_file(csv, png) +
                              " using 2:($1 == 0 ? $3 : 1/0) with boxes\n"))
     std::printf("wrote %s\n", png.c_str());

@@ -8,6 +8,9 @@
 #   lr         BSP and ASP on 4 workers, and ASP's fresh twin (1 worker, the same updates without
 #              staleness), at four learning rates: when stale gradients stop converging
 #   all        all three
+#   redraw     no run: every figure above drawn again from the CSVs earlier runs left in figures/,
+#              and each run's own pictures (tools/redraw_run_plots.sh); the stamps keep what the
+#              numbers were measured on and name the commit that drew them
 #
 # Usage (after building):
 #   chapters/08_parameter_server/make_figures.sh [--build DIR] [--out DIR] [--quick] modes|straggler|lr|all
@@ -22,21 +25,21 @@ build=$root/build
 out=$root/chapters/08_parameter_server/figures
 recipe=(--limit-train 20000 --batch-size 64 --epochs 4)
 what=""
-usage="usage: $0 [--build DIR] [--out DIR] [--quick] modes|straggler|lr|all"
+usage="usage: $0 [--build DIR] [--out DIR] [--quick] modes|straggler|lr|all|redraw"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=${2:?$usage}; shift 2 ;;
     --out) out=${2:?$usage}; shift 2 ;;
     --quick) recipe=(--limit-train 1280 --batch-size 64 --epochs 2); shift ;;
     -h|--help) echo "$usage"; exit 0 ;;
-    modes|straggler|lr|all) what=$1; shift ;;
+    modes|straggler|lr|all|redraw) what=$1; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [ -n "$what" ] || { echo "$usage" >&2; exit 2; }
 require_committed_tree  # figures from committed code only (tools/figures_common.sh)
 program=$build/bin/08_parameter_server
-[ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
+[ "$what" = redraw ] || [ -x "$program" ] || { echo "error: $program not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
 mkdir -p "$out"
 
 # run NAME RUN [--in DIR] ARGS...: one run, its log in figures/NAME.log, its files named RUN
@@ -75,6 +78,10 @@ modes() {
     run asp_k$k 08_parameter_server_asp_k$k --devices $k --mode asp
     run ssp2_k$k 08_parameter_server_ssp2_k$k --devices $k --mode ssp --staleness 2
   done
+  draw_modes
+}
+
+draw_modes() {
   plot modes <<PLOT
 set terminal pngcairo size 1100,800 font 'sans,10' noenhanced
 set output 'modes.png'
@@ -86,21 +93,31 @@ w = 0
 do for [k in "2 4"] {
   set title sprintf('k = %s workers, per epoch', k)
   set xlabel 'epoch'; set ylabel 'test accuracy'
+  set xtics 1
   plot for [m in "bsp asp ssp2"] sprintf('08_parameter_server_%s_k%s.csv', m, k) using 1:4 with linespoints title m
   set title sprintf('k = %s workers, against wall time', k)
   set xlabel 'seconds of training'
+  set xtics autofreq
   plot for [m in "bsp asp ssp2"] sprintf('08_parameter_server_%s_k%s.csv', m, k) using $wall:4 with linespoints title m
 }
 unset multiplot
 PLOT
+}
+
+draw_staleness() {
   plot staleness <<'PLOT'
 set terminal pngcairo size 1100,400 font 'sans,10' noenhanced
 set output 'staleness.png'
 set datafile separator ','
 set style fill solid 0.5
+set boxwidth 0.4
 set grid
 set xlabel 'staleness (updates between a pull and its push)'
 set ylabel 'pushes (all epochs)'
+set xtics 1
+set xrange [-0.5:*]
+set yrange [0:*]
+set key top right
 set multiplot layout 1,2 title 'How stale the gradients were'
 do for [k in "2 4"] {
   set title sprintf('k = %s workers', k)
@@ -117,6 +134,10 @@ straggler() {
   run bsp_k4_straggler 08_parameter_server_bsp_k4_straggler0x3 --devices 4 --mode bsp --straggler 0:3
   run asp_k4_straggler 08_parameter_server_asp_k4_straggler0x3 --devices 4 --mode asp --straggler 0:3
   run ssp2_k4_straggler 08_parameter_server_ssp2_k4_straggler0x3 --devices 4 --mode ssp --staleness 2 --straggler 0:3
+  draw_straggler
+}
+
+draw_straggler() {
   plot straggler <<PLOT
 set terminal pngcairo size 1100,400 font 'sans,10' noenhanced
 set output 'straggler.png'
@@ -130,8 +151,9 @@ set title 'accuracy against wall time'
 plot for [m in "bsp asp ssp2"] sprintf('08_parameter_server_%s_k4_straggler0x3.csv', m) using $wall:4 with linespoints title m
 set title 'staleness of the pushes (all epochs)'
 set xlabel 'staleness'; set ylabel 'pushes'; set style fill solid 0.5; set logscale y
-plot for [m in "asp ssp2"] sprintf('08_parameter_server_%s_k4_straggler0x3_staleness.csv', m) \
-       using 2:(\$1 == 0 ? \$3 : 1/0) with boxes title m
+set key top right; set yrange [1:*]; set xrange [-0.5:*]; set boxwidth 0.4
+plot '08_parameter_server_asp_k4_straggler0x3_staleness.csv' using (\$2 - 0.2):(\$1 == 0 ? \$3 : 1/0) with boxes title 'asp', \
+     '08_parameter_server_ssp2_k4_straggler0x3_staleness.csv' using (\$2 + 0.2):(\$1 == 0 ? \$3 : 1/0) with boxes title 'ssp2'
 unset multiplot
 PLOT
 }
@@ -146,13 +168,19 @@ lr() {
     run lr${rate}_asp_k4 08_parameter_server_asp_k4 --in "lr$rate" --devices 4 --mode asp --lr $rate
     run lr${rate}_fresh_k1 08_parameter_server_bsp_k1 --in "lr$rate" --devices 1 --mode bsp --batch-size 16 --lr "$twin"
   done
+  draw_lr
+}
+
+draw_lr() {
   plot lr <<'PLOT'
 set terminal pngcairo size 1200,400 font 'sans,10' noenhanced
 set output 'lr.png'
 set datafile separator ','
-set key bottom right
+set key below horizontal maxrows 2
+set bmargin 6
 set grid
 set yrange [0:0.9]
+set xtics 1
 set xlabel 'epoch'; set ylabel 'test accuracy'
 set multiplot layout 1,3 title 'Learning rate L and staleness'
 set title 'bsp, 4 workers, batch 64, rate L'
@@ -173,11 +201,44 @@ prune_pushes() {
   find "$out" -path '*/lr*/*_pushes.csv' -delete
 }
 
+# redraw_runs: each run's own pictures drawn again from its CSVs, with no run: its training
+# (tools/redraw_run_plots.sh) and its staleness histogram, as the program draws it (main.cpp),
+# with its gnuplot script beside it, as the program leaves it.
+redraw_runs() {
+  "$root/tools/redraw_run_plots.sh" --build "$build" "$out" "$out"/lr*/
+  local csv png name stalest
+  for csv in "$out"/*_staleness.csv "$out"/lr*/*_staleness.csv; do
+    png=${csv%.csv}.png name=$(basename "${csv%_staleness.csv}")
+    stalest=$(awk -F, '$1 == 0 { n++ } END { print (n > 0 ? n : 1) }' "$csv")
+    cat >"${csv%.csv}.gp" <<PLOT
+# cd to this folder, then: gnuplot $(basename "${csv%.csv}.gp")
+# drawn again at commit $MGPU_FIGURES_COMMIT by make_figures.sh redraw, from the CSV (the run's commit: $name.json)
+set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
+set output '$(basename "$png")'
+set datafile separator ','
+set title '$name: staleness of the pushes (all epochs)'
+set xlabel 'staleness (updates between pull and push)'
+set ylabel 'pushes'
+set xrange [-0.5:$stalest-0.5]
+set xtics 1
+set yrange [0:*]
+set style fill solid 0.6
+set boxwidth 0.8
+set key off
+plot '$(basename "$csv")' using 2:(\$1 == 0 ? \$3 : 1/0) with boxes
+PLOT
+    (cd "$(dirname "$csv")" && gnuplot "$(basename "${csv%.csv}.gp")")
+    echo "wrote $png"
+  done
+}
+
+# shellcheck disable=SC2034  # redrawing: read by figures_common.sh's stamp
 case "$what" in
-  modes) modes ;;
+  modes) modes; draw_staleness ;;
   straggler) straggler ;;
   lr) lr ;;
-  all) modes; straggler; lr ;;
+  all) modes; draw_staleness; straggler; lr ;;
+  redraw) redrawing=1; draw_modes; draw_staleness; draw_straggler; draw_lr; redraw_runs ;;
 esac
 prune_pushes
 echo "figures and logs in $out"

@@ -17,14 +17,16 @@
 # 10,000 images, 10 epochs (syncbn: 5).
 #
 # Usage (from anywhere, after building):
-#   chapters/09_resnet/make_figures.sh [--build DIR] [--out DIR] [--quick] d2l|syncbn|twin|all
+#   chapters/09_resnet/make_figures.sh [--build DIR] [--out DIR] [--quick] d2l|syncbn|twin|redraw|all
+# (redraw: no run: d2l's and syncbn's figures drawn again from the CSVs and logs earlier runs left
+# in figures/; each stamp keeps what they were measured on, and names the commit that drew it.)
 # Default build folder build/, default output this chapter's figures/. --quick: tiny runs, to
 # see that everything works. Takes (cpu backend, 2 cores): d2l about 21 minutes, syncbn about
 # 13, twin about 11; run nothing else meanwhile.
 set -euo pipefail
 source "$(dirname "$0")/../../tools/figures_common.sh"
-figures_parse "d2l|syncbn|twin" "$@"
-require_programs 09_resnet
+figures_parse "d2l|syncbn|twin|redraw" "$@"
+[ "$what" = redraw ] || require_programs 09_resnet
 program=$build/bin/09_resnet
 
 run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log (CSVs in $runs/NAME/)
@@ -36,9 +38,13 @@ run() {  # run NAME ARGS...: one invocation, its output kept in $runs/NAME.log (
 
 # The settings every run shares on this machine's backend: the full recipe on a GPU, the
 # subset on a CPU; tiny with --quick. (The backend: from the first line of a one-image step.)
-"$program" --limit-train 1 --batch-size 1 --width 1 --dump-step "$runs/probe" >"$runs/probe.log" 2>&1 ||
-  { cat "$runs/probe.log"; exit 1; }
-backend=$(backend_of "$runs/probe.log")
+if [ "$what" = redraw ]; then
+  backend=""  # each figure's, from its files' names
+elif "$program" --limit-train 1 --batch-size 1 --width 1 --dump-step "$runs/probe" >"$runs/probe.log" 2>&1; then
+  backend=$(backend_of "$runs/probe.log")
+else
+  cat "$runs/probe.log"; exit 1
+fi
 if [ "$quick" = 1 ]; then
   common=(--width 4 --limit-train 2048 --epochs 2)
 elif [ "$backend" = cuda ]; then
@@ -59,7 +65,7 @@ plot() {
   local acc="" loss="" sec="" sep=""
   while [ $# -gt 0 ]; do
     local file; file=$(basename "${png%.png}")_$2.csv
-    cp "$runs/$2"/*.csv "$out/$file"
+    [ "${redrawing:-0}" = 1 ] || cp "$runs/$2"/*.csv "$out/$file"
     acc+="$sep'$file' using 1:4 with linespoints lw 2 title '$1'"
     loss+="$sep'$file' using 1:2 with linespoints lw 2 title '$1'"
     sec+="$sep'$file' using 1:5 with linespoints lw 2 title '$1'"
@@ -68,22 +74,22 @@ plot() {
   done
   can_draw "$png" || return 0
   (cd "$out" && gnuplot) <<PLOT
-set terminal pngcairo size 1400,420 font 'sans,10' noenhanced
+set terminal pngcairo size 1400,480 font 'sans,10' noenhanced
 set output '$(basename "$png")'
 set datafile separator ','
 set multiplot layout 1,3 title "$title"
 set grid
 set xlabel 'epoch'
 set xtics 1
-set key bottom right
+# The keys below the plots: a run's test accuracy may fall anywhere.
+set key below vertical maxrows 3
+set bmargin 7
 set ylabel 'test accuracy'
 set yrange [0:1]
 plot $acc
-set key top right
 set ylabel 'training loss (mean over the epoch)'
 set yrange [0:*]
 plot $loss
-set key bottom right
 set ylabel 'seconds per epoch'
 plot $sec
 unset multiplot
@@ -109,9 +115,7 @@ d2l() {
     done
   } >"$csv"
   cat "$runs/k1.log" "$runs/k2.log" "$runs/k2_sync.log" >"$out/09_d2l_table_$backend.log"
-  plot "$out/09_d2l_table_$backend.png" "09_resnet (width $w) on the $backend backend: d2l 13.6's two recipes" \
-    "1 device, batch 256, lr 0.1" k1 "2 devices, batch 512, lr 0.2, BN per device" k2 \
-    "2 devices, batch 512, lr 0.2, SyncBN" k2_sync
+  plot_d2l "$w"
   echo "wrote $csv, $out/09_d2l_table_$backend.log"
   cat "$csv"
 }
@@ -125,9 +129,36 @@ syncbn() {
   run b64_k4_sync --devices 4 --bn sync "${small[@]}"
   local w; w=$(sed -n 's/^ResNet-18, width \([0-9]*\).*/\1/p' "$runs/b64_k1.log")
   cat "$runs/b64_k1.log" "$runs/b64_k4.log" "$runs/b64_k4_sync.log" >"$out/09_syncbn_$backend.log"
-  plot "$out/09_syncbn_$backend.png" "09_resnet (width $w) on the $backend backend: batch 64, 16 images per device on 4" \
-    "1 device" b64_k1 "4 devices, BN per device" b64_k4 "4 devices, SyncBN" b64_k4_sync
+  plot_syncbn "$w"
   echo "wrote $out/09_syncbn_$backend.log"
+}
+
+plot_d2l() {  # plot_d2l WIDTH
+  plot "$out/09_d2l_table_$backend.png" "09_resnet (width $1) on the $backend backend: d2l 13.6's two recipes" \
+    "1 device, batch 256, lr 0.1" k1 "2 devices, batch 512, lr 0.2, BN per device" k2 \
+    "2 devices, batch 512, lr 0.2, SyncBN" k2_sync
+}
+
+plot_syncbn() {  # plot_syncbn WIDTH
+  plot "$out/09_syncbn_$backend.png" "09_resnet (width $1) on the $backend backend: batch 64, 16 images per device on 4" \
+    "1 device" b64_k1 "4 devices, BN per device" b64_k4 "4 devices, SyncBN" b64_k4_sync
+}
+
+# redraw: both figures again, for each backend whose CSVs and logs are in figures/, with no run.
+redraw() {
+  redrawing=1
+  local log drawn=0
+  for log in "$out"/09_d2l_table_*.log "$out"/09_syncbn_*.log; do
+    [ -f "$log" ] || continue
+    backend=${log%.log} backend=${backend##*_}
+    local w; w=$(sed -n 's/^ResNet-18, width \([0-9]*\).*/\1/p' "$log" | head -n 1)
+    case "$log" in
+      */09_d2l_table_*) plot_d2l "$w" ;;
+      *) plot_syncbn "$w" ;;
+    esac
+    drawn=$((drawn + 1))
+  done
+  [ "$drawn" -gt 0 ] || { echo "error: no 09_d2l_table_<backend>.log or 09_syncbn_<backend>.log in $out: run d2l or syncbn first" >&2; exit 1; }
 }
 
 twin() {
@@ -150,5 +181,6 @@ case "$what" in
   d2l) d2l ;;
   syncbn) syncbn ;;
   twin) twin ;;
+  redraw) redraw ;;
   all) d2l; syncbn; twin ;;
 esac

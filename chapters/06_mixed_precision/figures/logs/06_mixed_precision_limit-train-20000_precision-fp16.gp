@@ -1,17 +1,23 @@
+# drawn again at commit ca8bc80 by tools/redraw_run_plots.sh, from the CSV (the run's commit: 06_mixed_precision_limit-train-20000_precision-fp16.json)
 # cd to this folder, then: gnuplot 06_mixed_precision_limit-train-20000_precision-fp16.gp
 set terminal pngcairo size 1000,400 font 'sans,10' noenhanced  # '_' is not a subscript
 set output '06_mixed_precision_limit-train-20000_precision-fp16.png'
 set datafile separator ','
-set key autotitle columnhead bottom right
+set terminal pngcairo size 1000,400 font 'sans,10' noenhanced
 set grid
-set xrange [0:*]
+set xrange [0.5:10.5]
+set xtics 1
+set bmargin 7
+set offsets 0, 0, graph 0.05, 0
 set multiplot layout 1,2 title '06_mixed_precision_limit-train-20000_precision-fp16: cpu backend, 2 device(s), batch 256, lr 0.2'
+set key below left vertical maxrows 3
 set xlabel 'epoch'
-set ylabel 'test accuracy'
-set yrange [0:1]
-plot '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:4 with linespoints lc 1 title '06_mixed_precision_limit-train-20000_precision-fp16'
-set xlabel 'epoch'
-set ylabel "seconds per epoch\n(open circle: one-time set-up included)"
+set ylabel 'loss, accuracy'
 set yrange [0:*]
-plot '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:($6 == 1 ? $5 : 1/0) with linespoints lc 1 title '06_mixed_precision_limit-train-20000_precision-fp16', '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5 lc 1 notitle
+plot '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:2 with linespoints lc rgb '#0072b2' dt 1 pt 7 notitle, '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:3 with linespoints lc rgb '#cc79a7' dt 1 pt 7 notitle, '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:4 with linespoints lc rgb '#009e73' dt 1 pt 7 notitle, 1/0 with lines lw 2 lc rgb '#0072b2' title 'train loss', 1/0 with lines lw 2 lc rgb '#cc79a7' title 'train acc', 1/0 with lines lw 2 lc rgb '#009e73' title 'test acc'
+set key below left vertical maxrows 3
+set xlabel 'epoch'
+set ylabel 'seconds per epoch'
+set yrange [0:*]
+plot '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:($6 == 1 ? $5 : 1/0) with linespoints lc rgb '#000000' dt 1 pt 7 title 'seconds per epoch', '06_mixed_precision_limit-train-20000_precision-fp16.csv' using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5 lc rgb '#000000' notitle, 1/0 with points pt 6 ps 1.5 lc rgb '#000000' title 'first epoch: one-time set-up included'
 unset multiplot
