@@ -81,7 +81,7 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/gpu_check_interrupted.sh ${gpu_check_script} ${CMAKE_BINARY_DIR}
                    ${gpu_check_out}/interrupted
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(gpu_check_interrupted PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+  set_tests_properties(gpu_check_interrupted PROPERTIES TIMEOUT 400 RUN_SERIAL TRUE)
   list(APPEND gpu_check_tests gpu_check_interrupted)
 
   # The PyTorch twins and the report's comparison table, with tests/stand_in_python/python3

@@ -11,7 +11,7 @@
 # `export` line holds for the rest of its block. A chain `a && b` is its parts, in order. By
 # its first word, a command is
 #   a program (build/bin/NAME ...) or mpirun/mpiexec  run as written until the run has shown it
-#       works: its data line ("Fashion-MNIST from ...") and 2 s of training after it, or its end
+#       works: its data line ("Fashion-MNIST from ...") and 1 s of training after it, or its end
 #       (status 0; 77, "not applicable", where the program says this build cannot run it), or
 #       20 s without an error for a program that loads no data. A run that writes a checkpoint
 #       goes on to its first epoch line: a later command may resume from it. Then it is stopped:
@@ -108,7 +108,7 @@ run_program() {
     elif [ "$data_seen" -lt 0 ] && grep -q 'Fashion-MNIST from' "$log"; then
       data_seen=$waited
     fi
-    [ "$want_epoch" = no ] && [ "$data_seen" -ge 0 ] && [ $((waited - data_seen)) -ge 20 ] && break  # 2 s
+    [ "$want_epoch" = no ] && [ "$data_seen" -ge 0 ] && [ $((waited - data_seen)) -ge 10 ] && break  # 1 s
     [ "$want_epoch" = no ] && [ "$data_seen" -lt 0 ] && [ "$waited" -ge 200 ] && break                # 20 s
     [ "$waited" -ge 6000 ] && break                                                                   # 10 min
     sleep 0.1
@@ -169,7 +169,7 @@ check_command() {
         echo "FAILED ($script --help did not print its usage and exit 0):"; sed 's/^/    /' "$scratch/log" "$scratch/err" | head -5; failed=$((failed + 1))
       fi ;;
     build/bin/*|build-cuda/bin/*|mpirun|mpiexec|torchrun|python3|/usr/bin/python3)
-      local who status
+      local who status started=$SECONDS
       for who in root ${as_user:+user}; do
         [ "$who" = user ] && [ "$first" != mpirun ] && [ "$first" != mpiexec ] && continue
         run_program "$who" "$work/$who/checkout" "$cmd" "$scratch/log" "$exports"
@@ -180,9 +180,9 @@ check_command() {
         fi
       done
       if [ -n "$as_user" ] && { [ "$first" = mpirun ] || [ "$first" = mpiexec ]; }; then
-        echo "passed (as root and as nobody): $shown"
+        echo "passed (as root and as nobody, $((SECONDS - started)) s): $shown"
       else
-        echo "passed: $shown"
+        echo "passed ($((SECONDS - started)) s): $shown"
       fi
       passed=$((passed + 1)) ;;
     *)
