@@ -52,3 +52,9 @@ add_test(NAME figure_ages COMMAND ${CMAKE_SOURCE_DIR}/tools/check_figure_ages.sh
 set_tests_properties(figure_ages PROPERTIES LABELS readme SKIP_RETURN_CODE 77 TIMEOUT 60)
 add_test(NAME figure_ages_seen_failing COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/figure_ages.sh)
 set_tests_properties(figure_ages_seen_failing PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
+
+# tools/check_readme_commands.sh seen failing: a made-up page with a working run, a refused flag,
+# sudo, an unknown command, a cuda program and the reader of what it writes (a few seconds).
+add_test(NAME readme_commands_seen_failing
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/readme_commands_seen_failing.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(readme_commands_seen_failing PROPERTIES LABELS readme TIMEOUT 120)

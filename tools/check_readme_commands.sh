@@ -4,9 +4,10 @@
 # file's: they are not commands to type and are not run.)
 #
 #   tools/check_readme_commands.sh BUILD_DIR [FILE.md...]   # default: every tracked *.md
+#                                                         # (relative to the repository, or absolute)
 #
 # Each block runs in one shell of its own, in a scratch folder where build/ is BUILD_DIR (a cpu
-# or cuda build of this repository, built) and chapters/, tools/, tests/, data/ and common/ are
+# or cuda build of this repository, built; a cuda one is build-cuda/ too) and chapters/, tools/, tests/, data/ and common/ are
 # the repository's, so results/ and any file a command writes land in the scratch folder; an
 # `export` line holds for the rest of its block. A chain `a && b` is its parts, in order. By
 # its first word, a command is
@@ -24,8 +25,9 @@
 #   printf, echo, export  run.
 # A command that needs what this machine lacks is skipped, saying why: a cuda build
 # (build-cuda/, --preset cuda), SLURM (srun, sbatch), other machines (--hostfile, "..."), PyTorch,
-# a GPU. `sudo` fails the check: the READMEs are written for root (the top README says where a
-# user puts sudo). Run as root, every command that starts programs runs again as the user
+# a GPU; so is one that reads a path (/tmp/step) which a skipped command of its block names.
+# `sudo` fails the check: the READMEs are written for root (the top README says where a user
+# puts sudo). Run as root, every command that starts programs runs again as the user
 # nobody, in a scratch folder of nobody's (mpirun treats root and users differently).
 #
 # Prints one line per command (passed, FAILED, skipped: why); exit status 0 when none failed,
@@ -53,6 +55,7 @@ make_checkout() {
   local dir=$1
   mkdir -p "$dir"
   ln -s "$build" "$dir/build"
+  [ "$backend" = cuda ] && ln -s "$build" "$dir/build-cuda"  # the READMEs' name for a cuda build
   for d in chapters tools tests data common; do ln -s "$root/$d" "$dir/$d"; done
 }
 as_user=""
@@ -136,8 +139,13 @@ check_command() {
   local file=$1 cmd=$2 exports=$3 n=$4
   local shown="$file: $cmd"
   [ ${#shown} -gt 150 ] && shown="${shown:0:147}..."
-  local reason
+  local reason word
   reason=$(why_not_here "$cmd")
+  # A file that a skipped command of the block would have written (crosscheck.py reading the
+  # step that --dump-step did not dump) is not there to read.
+  for word in $cmd; do
+    case " $unwritten " in *" $word "*) reason="reads $word, which a skipped command before it writes" ;; esac
+  done
   if [ -n "$reason" ]; then
     echo "skipped ($reason): $shown"; skipped=$((skipped + 1)); return
   fi
@@ -193,7 +201,9 @@ check_command() {
 
 file_number=0
 for file in "${files[@]}"; do
-  [ -f "$root/$file" ] || { echo "check_readme_commands.sh: no file $file" >&2; exit 2; }
+  path=$root/$file
+  case "$file" in /*) path=$file ;; esac
+  [ -f "$path" ] || { echo "check_readme_commands.sh: no file $file" >&2; exit 2; }
   file_number=$((file_number + 1))
   fresh_checkouts "file$file_number"
   # The blocks: one command per line, a backslash at the end continuing it, comments dropped.
@@ -208,10 +218,11 @@ for file in "${files[@]}"; do
       if (line ~ /^[[:space:]]*(#|$)/) next  # a comment line, a blank line
       gsub(/^[[:space:]]+|[[:space:]]+$/, "", line); gsub(/[[:space:]]+/, " ", line)
       print line
-    }' "$root/$file")
+    }' "$path")
   [ -n "$blocks" ] || continue
   while IFS= read -r -d $'\x1e' block; do
     exports=""
+    unwritten=""  # the paths named by the block's skipped commands (outside the checkout)
     while IFS= read -r line; do
       [ -n "$line" ] || continue
       # A chain a && b && c: its parts in order.
@@ -219,7 +230,11 @@ for file in "${files[@]}"; do
       while [ -n "$rest" ]; do
         part=${rest%% && *}
         if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#* && }; fi
+        before=$skipped
         check_command "$file" "$part" "$exports" 0
+        if [ "$skipped" != "$before" ]; then
+          for word in $part; do case "$word" in /*) unwritten="$unwritten $word" ;; esac; done
+        fi
         case "$part" in export\ *) exports="$exports$part; " ;; esac
       done
     done <<<"$block"
