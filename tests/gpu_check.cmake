@@ -104,7 +104,7 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
                    "-DREPORT_MATCHES=PyTorch \\(the twins\\) \\| 2\\.11\\.0\\+stand-in with CUDA 13\\.0 .*--device cuda --precision bf16.*${twin_table}"
                    -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(gpu_check_torch_twins PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
+  set_tests_properties(gpu_check_torch_twins PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
                        ENVIRONMENT_MODIFICATION "PATH=path_list_prepend:${CMAKE_CURRENT_LIST_DIR}/stand_in_python")
   list(APPEND gpu_check_tests gpu_check_torch_twins)
   # A twin that fails is a failed step like any other (the verdict FAIL, exit 1), named with its
@@ -115,7 +115,7 @@ if(MGPU_BACKEND_RESOLVED STREQUAL "cpu")
                    -DCODE=1 "-DEXPECT=09_resnet_torch_bf16 +FAIL: exit 1: RuntimeError: the stand-in fails.*report: .*gpu_check: FAIL \\(1 of [0-9]+ steps failed\\)"
                    -P ${CMAKE_CURRENT_LIST_DIR}/gpu_check_run.cmake
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(gpu_check_torch_twin_fails PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
+  set_tests_properties(gpu_check_torch_twin_fails PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
                        ENVIRONMENT STAND_IN_PYTHON_FAILS=bf16
                        ENVIRONMENT_MODIFICATION "PATH=path_list_prepend:${CMAKE_CURRENT_LIST_DIR}/stand_in_python")
   list(APPEND gpu_check_tests gpu_check_torch_twin_fails)
