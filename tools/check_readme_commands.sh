@@ -14,9 +14,10 @@
 #   a program (build/bin/NAME ...) or mpirun/mpiexec  run as written until the run has shown it
 #       works: its data line ("Fashion-MNIST from ...") and 1 s of training after it, or its end
 #       (status 0; 77, "not applicable", where the program says this build cannot run it), or
-#       20 s without an error for a program that loads no data. A run that writes a checkpoint
-#       goes on to its first epoch line: a later command may resume from it. Then it is stopped:
-#       the first epoch, or the start of training, is enough.
+#       20 s without an error for a program that loads no data. Then it is stopped: the start
+#       of training is enough. A run that writes a file a later command of its block reads (a
+#       path the later command names: --dump-step /tmp/step, then crosscheck.py /tmp/step) runs
+#       to its end; one that writes a checkpoint so, to its first epoch line.
 #   a script of this repository (chapters/..., tools/...)  run with --help: it exists, prints its
 #       usage and exits 0 (its real work takes minutes to hours; the chapters' tests run it).
 #   apt-get install  not run: each package it names must be one apt knows (apt-cache show).
@@ -103,21 +104,31 @@ run_program() {
   local -a prefix=()
   [ "$who" = user ] && prefix=(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME="$dir")
   (cd "$dir" && exec setsid "${prefix[@]}" bash -c "$exports$cmd" </dev/null >"$log" 2>&1) &
-  local pid=$! waited=0 data_seen=-1 want_epoch=no
-  case "$cmd" in *--checkpoint*) want_epoch=yes ;; esac
+  local pid=$! waited=0 data_seen=-1 want_epoch=no to_end=no word
+  # A file this command writes that a later command of the block reads (a dump, a checkpoint):
+  # the command runs to its end, or, writing a checkpoint (rewritten each epoch, atomically),
+  # to its first epoch.
+  for word in $cmd; do
+    case "$word" in build/*|build-cuda/*|chapters/*|tools/*|tests/*|-*) continue ;; esac
+    case "$word" in */*) case " $later " in *" $word "*) to_end=yes ;; esac ;; esac
+  done
+  case "$cmd" in *--checkpoint*) [ "$to_end" = yes ] && want_epoch=yes && to_end=no ;; esac
   while kill -0 "$pid" 2>/dev/null; do
     if [ "$want_epoch" = yes ]; then
       grep -Eq '^epoch +1/' "$log" && break
     elif [ "$data_seen" -lt 0 ] && grep -q 'Fashion-MNIST from' "$log"; then
       data_seen=$waited
     fi
-    [ "$want_epoch" = no ] && [ "$data_seen" -ge 0 ] && [ $((waited - data_seen)) -ge 10 ] && break  # 1 s
-    [ "$want_epoch" = no ] && [ "$data_seen" -lt 0 ] && [ "$waited" -ge 200 ] && break                # 20 s
+    if [ "$want_epoch" = no ] && [ "$to_end" = no ]; then
+      [ "$data_seen" -ge 0 ] && [ $((waited - data_seen)) -ge 10 ] && break  # 1 s
+      [ "$data_seen" -lt 0 ] && [ "$waited" -ge 200 ] && break                # 20 s
+    fi
     [ "$waited" -ge 6000 ] && break                                                                   # 10 min
     sleep 0.1
     waited=$((waited + 1))
   done
   if kill -0 "$pid" 2>/dev/null; then
+    [ "$to_end" = yes ] && { kill -KILL -- "-$pid" 2>/dev/null; echo "(did not end within 10 minutes)" >>"$log"; return 1; }
     kill -TERM -- "-$pid" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null
@@ -226,8 +237,11 @@ for file in "${files[@]}"; do
   while IFS= read -r -d $'\x1e' block; do
     exports=""
     unwritten=""  # the paths named by the block's skipped commands (outside the checkout)
+    line_number=0
     while IFS= read -r line; do
+      line_number=$((line_number + 1))
       [ -n "$line" ] || continue
+      later=" $(tail -n +$((line_number + 1)) <<<"$block" | tr '\n' ' ') "  # what the block runs after this line
       # A chain a && b && c: its parts in order.
       rest=$line
       while [ -n "$rest" ]; do
