@@ -13,7 +13,8 @@
 # that touched the chapter (run the chapter's make_figures.sh to measure it again). Exit status
 # 1 when a README shows a figure without a stamp, or a stamp names a commit this history does
 # not hold (a figure made on a branch that did not land); with --strict, also when a figure is
-# older than its code. 2 for a bad command line; 77 (not applicable) outside a git checkout.
+# older than its code. 2 for a bad command line; 77 (not applicable) outside a git checkout or in
+# a shallow clone.
 set -uo pipefail
 usage="usage: tools/check_figure_ages.sh [--strict] [REPOSITORY]"
 strict=0
@@ -29,6 +30,11 @@ done
 git -C "$root" rev-parse --verify --quiet HEAD >/dev/null ||
   { echo "check_figure_ages.sh: $root is not a git checkout with a commit: not applicable"; exit 77; }
 
+# A shallow clone (git clone --depth 1) lacks the commits the stamps name.
+if [ "$(git -C "$root" rev-parse --is-shallow-repository)" = true ]; then
+  echo "check_figure_ages.sh: $root is a shallow clone, without the commits the stamps name: not applicable"
+  exit 77
+fi
 errors=0 stale=0 current=0
 cd "$root" || exit 2
 for readme in chapters/[0-9][0-9]_*/README.md; do
