@@ -147,7 +147,7 @@ run_program() {
 
 # Checks one command (a part of a chain); prints its line. `exports`: the block's exports so far.
 check_command() {
-  local file=$1 cmd=$2 exports=$3 n=$4
+  local file=$1 cmd=$2 exports=$3
   local shown="$file: $cmd"
   [ ${#shown} -gt 150 ] && shown="${shown:0:147}..."
   local reason word
@@ -248,7 +248,7 @@ for file in "${files[@]}"; do
         part=${rest%% && *}
         if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#* && }; fi
         before=$skipped
-        check_command "$file" "$part" "$exports" 0
+        check_command "$file" "$part" "$exports"
         if [ "$skipped" != "$before" ]; then
           for word in $part; do case "$word" in /*) unwritten="$unwritten $word" ;; esac; done
         fi
