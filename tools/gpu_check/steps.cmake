@@ -120,6 +120,16 @@ if(gpus GREATER_EQUAL 2)
            COMMAND ${bin}/07_model_parallel --devices 2 --schedule gpipe)
 endif()
 
+# Chapter 11: ZeRO stage 1 beside DDP (AdamW), 2 logical devices on one GPU; stage 1 on all GPUs.
+foreach(stage 0 1)
+  gpu_step(11_sharded_data_parallel_2dev_1gpu_zero${stage} lenet "chapter 11, --zero ${stage} on 2 logical devices on one GPU"
+           ONE_GPU COMMAND ${bin}/11_sharded_data_parallel --devices 2 --zero ${stage})
+endforeach()
+if(gpus GREATER_EQUAL 2)
+  gpu_step(11_sharded_data_parallel_all_gpus lenet "chapter 11, ZeRO stage 1 on all GPUs"
+           COMMAND ${bin}/11_sharded_data_parallel --devices ${gpus} --zero 1)
+endif()
+
 # Chapter 09: d2l 13.6's recipe once, with its kernel table; the other runs 3 epochs each, to
 # keep the check within minutes. d2l's 2-GPU recipe scales batch and rate with the GPUs.
 gpu_step(09_resnet_1dev resnet "chapter 09 (ResNet-18) on 1 GPU, with one step's kernel table"
