@@ -91,15 +91,15 @@ Flags add_bench_flags(CLI::App& app, Settings& s) {
   bytes("-e,--maxbytes,--max-bytes", s.max_bytes, "largest message, at most 1024G");
   Flags f;
   f.stepfactor = app.add_option("-f,--stepfactor", s.step_factor, "each size is the one before times F")
-                     ->check(mgpu::integer(2, 1024))
+                     ->transform(mgpu::integer(2, 1024))
                      ->capture_default_str();
   f.stepbytes = bytes("-i,--stepbytes", s.step_bytes, "each size is the one before plus N bytes (instead of -f)");
   app.add_option("-w,--warmup_iters,--warmup", s.warmup, "untimed runs before the check, 0 to 1000000")
-      ->check(mgpu::integer(0, 1'000'000))
+      ->transform(mgpu::integer(0, 1'000'000))
       ->capture_default_str();
   app.add_option("-n,--iters", s.iters,
                  "timed runs per size, 0 to 1000000; 0: enough for ~0.2 s by the warmup's time, at least 10")
-      ->check(mgpu::integer(0, 1'000'000))
+      ->transform(mgpu::integer(0, 1'000'000))
       ->capture_default_str();
   app.add_option("--alpha-us", s.alpha_us, "the cost model's per-operation latency on the published links, 0 to 1e6")
       ->check(mgpu::real(0, 1e6))  // up to 1 s: beyond, the tables say nothing

@@ -79,13 +79,19 @@ Check check(std::function<std::string(const std::string&)> test, const std::stri
 }  // namespace
 
 Check integer(long long lo, long long hi) {
-  return check([lo, hi](const std::string& value) -> std::string {
-    const auto v = to_integer(value);
-    if (!v) return "needs an integer, got '" + value + "'";
-    if (*v < lo) return "must be " + at_least(static_cast<double>(lo)) + ", got " + value;
-    if (*v > hi) return "must be at most " + std::to_string(hi) + ", got " + value;
-    return "";
-  }, "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  // An accepted value is handed on rewritten in plain decimal: CLI11 then converts the text with
+  // strtoll in base 0, which reads "0064" as octal 52 and "0x40" as hexadecimal. So whatever the
+  // spelling this check accepts ("0064"), the number stored is the one it checked (64).
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        const auto v = to_integer(value);
+        if (!v) return "needs an integer, got '" + value + "'";
+        if (*v < lo) return "must be " + at_least(static_cast<double>(lo)) + ", got " + value;
+        if (*v > hi) return "must be at most " + std::to_string(hi) + ", got " + value;
+        value = std::to_string(*v);
+        return "";
+      },
+      "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 Check real(double lo, double hi) {
@@ -180,27 +186,27 @@ void add_common_flags(CLI::App& app, Options& o, const ChapterInfo& chapter) {
   // Each flag: its names (a short one only where d2l's and PyTorch's scripts use it: -b for the
   // batch size, -p for how often to print), the variable CLI11 stores into, the usage line, the
   // check of the text as typed, and the default shown in the usage (`=256`).
-  app.add_option("--epochs", o.epochs, "passes over the training set")->check(integer(1))->capture_default_str();
+  app.add_option("--epochs", o.epochs, "passes over the training set")->transform(integer(1))->capture_default_str();
   app.add_option("-b,--batch-size", o.batch_size, "examples per step, summed over all devices")
-      ->check(integer(1))
+      ->transform(integer(1))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "SGD learning rate, a positive float")->check(positive_float())->capture_default_str();
   app.add_option("--devices", o.devices,
                  chapter.max_devices == 1 ? "logical devices to train on (this chapter uses exactly one)"
                                           : "logical devices to train on")
       // The chapter's own bound in the usage; a larger count is refused by check_options, saying why.
-      ->check(integer(1).description("[1, " + std::to_string(chapter.max_devices) + "]"))
+      ->transform(integer(1).description("[1, " + std::to_string(chapter.max_devices) + "]"))
       ->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Fashion-MNIST's directory (default: search, see data/README.md)")
       ->check(text("a directory"));
   app.add_option("--limit-train", o.limit_train, "use only the first N training images (0: all)")
-      ->check(integer(0))
+      ->transform(integer(0))
       ->capture_default_str();
   app.add_option("--warmup-epochs", o.warmup_epochs, "raise the rate linearly to --lr over the first N epochs")
-      ->check(integer(0))
+      ->transform(integer(0))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed for the initial weights and the shuffling")
-      ->check(integer(0, std::numeric_limits<long long>::max()))
+      ->transform(integer(0, std::numeric_limits<long long>::max()))
       ->capture_default_str();
   app.add_option("--out", o.out, "where the CSV and the plot go")->check(text("a directory"))->capture_default_str();
   app.add_option("--run-name", o.run_name,
@@ -218,7 +224,7 @@ void add_common_flags(CLI::App& app, Options& o, const ChapterInfo& chapter) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_str("auto");
   app.add_option("-p,--print-every", o.print_every, "in a log, a progress line every N batches (0: about every 10 s)")
-      ->check(integer(0))
+      ->transform(integer(0))
       ->capture_default_str();
   // --eval is offered where there are several devices to evaluate on and the chapter can use
   // either way. Elsewhere it is still declared, out of the usage (no group), so that it is

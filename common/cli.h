@@ -29,14 +29,17 @@ namespace mgpu {
 //
 // CLI11 converts a flag's text to the variable it is bound to, and takes more than a number
 // typed on a command line should be: "+3" and " 3" (strtoll skips the blank), "1e3" for an
-// integer. So every number flag runs one of these first, in CLI11's own way:
-//   app.add_option("--epochs", o.epochs, "passes over the training set")->check(mgpu::integer(1));
+// integer, and "0064" as octal 52 (it converts integers in base 0). So every number flag runs
+// one of these first, in CLI11's own way; an integer flag as a transform, which may rewrite the
+// text CLI11 then converts ("0064" becomes "64"; a check's rewrite would be thrown away):
+//   app.add_option("--epochs", o.epochs, "passes over the training set")->transform(mgpu::integer(1));
 // A check returns "" to accept the text, or why not; CLI11 puts the flag in front of it:
 //   --epochs: must be at least 1, got 0
 // and it states its bounds in the usage, after the flag's type: `--epochs INT:[1, 1000000000]=10`.
 using Check = CLI::Validator;
 
-// A whole number from lo to hi.
+// A whole number from lo to hi, written in decimal (leading zeros allowed: "0064" is 64), handed
+// on rewritten as plain decimal. Give it to ->transform(), not ->check() (see above).
 Check integer(long long lo, long long hi = 1'000'000'000);
 // A number from lo to hi, checked as the double it is stored in.
 Check real(double lo, double hi);

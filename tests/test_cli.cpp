@@ -287,7 +287,7 @@ TEST_CASE("the checks, on a program's own CLI11 app") {
   auto parse = [&](const std::vector<std::string>& args) {
     CLI::App app{"a test", "t"};
     mgpu::prepare_app(app);
-    app.add_option("-n", n)->check(mgpu::integer(0, 10));
+    app.add_option("-n", n)->transform(mgpu::integer(0, 10));
     app.add_option("--x", x)->check(mgpu::real(0, 100));
     app.add_option("--name", name)->check(mgpu::text("a name"));
     return mgpu::parse(app, args);
@@ -312,6 +312,31 @@ TEST_CASE("the checks, on a program's own CLI11 app") {
   CHECK(name == "x=");
   // The value's error comes before the stray word's.
   CHECK(parse({"-n", "x", "--bogus"}).error == "-n: needs an integer, got 'x'");
+}
+
+TEST_CASE("integers are decimal, whatever their leading zeros: '0064' is 64, never octal 52") {
+  // CLI11 converts integers in base 0; mgpu::integer hands it the checked number in decimal.
+  const Args zeros = {"--epochs", "010", "-b", "0064", "--devices", "02", "--limit-train", "0100",
+                      "--warmup-epochs", "01", "--seed", "0077", "-p", "08"};
+  const mgpu::ParseResult r = mgpu::parse_options(zeros, kMulti);
+  REQUIRE(r.error == "");
+  CHECK(r.options.epochs == 10);
+  CHECK(r.options.batch_size == 64);
+  CHECK(r.options.devices == 2);
+  CHECK(r.options.limit_train == 100);
+  CHECK(r.options.warmup_epochs == 1);
+  CHECK(r.options.seed == 77);
+  CHECK(r.options.print_every == 8);  // "08" is not even octal: it must not be refused as such
+  // The bound is checked on the decimal value, and the message quotes what was typed.
+  check_refused({"--epochs", "0"}, kMulti, "--epochs: must be at least 1, got 0");
+  check_refused({"-b", "00"}, kMulti, "--batch-size: must be at least 1, got 00");
+  // Other bases stay refused.
+  check_refused({"-b", "0x40"}, kMulti, "--batch-size: needs an integer, got '0x40'");
+  // A chapter's own integer flag, declared the same way, reads the same.
+  int stage = -1;
+  const mgpu::OwnFlags own = [&stage](CLI::App& app) { app.add_option("--zero", stage)->transform(mgpu::integer(0, 20)); };
+  CHECK(mgpu::parse_options({"--zero", "011"}, kMulti, own).error == "");
+  CHECK(stage == 11);
 }
 
 TEST_CASE("a chapter's own flags are read beside the shared ones, and listed under 'this chapter'") {

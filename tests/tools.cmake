@@ -58,3 +58,9 @@ set_tests_properties(figure_ages_seen_failing PROPERTIES SKIP_RETURN_CODE 77 TIM
 add_test(NAME readme_commands_seen_failing
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools/readme_commands_seen_failing.sh ${CMAKE_BINARY_DIR})
 set_tests_properties(readme_commands_seen_failing PROPERTIES LABELS readme TIMEOUT 120)
+# Every integer flag reads its value through mgpu::integer as a transform (common/cli.h): as a
+# check, CLI11 would convert the text as typed, in base 0, and "-b 0064" would train with batch 52.
+add_test(NAME integer_flags_are_transforms
+         COMMAND sh -c "if grep -rnE 'check\\((mgpu::)?integer\\(' --include=*.cpp --include=*.h chapters common tools; then echo 'the integer flags above are checks: make them ->transform(mgpu::integer(...))'; exit 1; fi"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(integer_flags_are_transforms PROPERTIES LABELS needs_no_exercise)

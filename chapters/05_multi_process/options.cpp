@@ -48,12 +48,12 @@ struct App {
         ->check(mgpu::text("a file name"));
     app.add_option("--profile-steps", c.profile_steps,
                    "after training, time N steps without overlap and N with it, 0 to 10000 (0: skip)")
-        ->check(mgpu::integer(0, 10000))
+        ->transform(mgpu::integer(0, 10000))
         ->capture_default_str();
     // Fault injection: rank R fails at step S (counted from 0 over the whole run), or with 'end' at
     // the end of the run, while rank 0 writes the results.
     fail_rank = app.add_option("--fail-rank", c.fault.rank, "fault injection: rank R fails (with --fail-at-step)")
-                    ->check(mgpu::integer(0));
+                    ->transform(mgpu::integer(0));
     fail_at_step = app.add_option_function<std::string>(
                           "--fail-at-step",
                           [&c](const std::string& v) {

@@ -55,7 +55,7 @@ void add_mixed_flags(CLI::App& app, MixedFlags& f) {
       ->check(mgpu::positive_float())
       ->capture_default_str();
   app.add_option("--scale-growth-interval", mo.scaler.growth_interval, "clean steps before the scale doubles")
-      ->check(mgpu::integer(1))
+      ->transform(mgpu::integer(1))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--grad-bits", [&f](const std::string& v) { f.grad_bits = v == "16" ? 16 : 32; },
@@ -63,7 +63,7 @@ void add_mixed_flags(CLI::App& app, MixedFlags& f) {
          "32 otherwise)")
       ->check(CLI::IsMember({"32", "16"}));
   app.add_option("--accumulate", mo.accumulate, "micro-batches of --batch-size per optimizer step")
-      ->check(mgpu::integer(1, 4096))
+      ->transform(mgpu::integer(1, 4096))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--allreduce", [&mo](const std::string& v) { mo.nccl = v == "nccl"; },

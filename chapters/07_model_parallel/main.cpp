@@ -77,15 +77,15 @@ void add_flags(CLI::App& app, ChapterOptions& c) {
   app.add_option("--micro-batches", c.micro_batches,
                  "micro-batches per step and replica, 1 to the batch size; they need not divide it "
                  "(the first ones take one example more)")
-      ->check(mgpu::integer(1))
+      ->transform(mgpu::integer(1))
       ->each([&c](const std::string&) { c.micro_given = true; })
       ->capture_default_str();
   app.add_option("--data-parallel", c.replicas, "R copies of the pipeline (the hybrid): --devices = stages x R")
-      ->check(mgpu::integer(1, 64))
+      ->transform(mgpu::integer(1, 64))
       ->capture_default_str();
   app.add_option("--profile-steps", c.profile_steps,
                  "after training, time N steps device by device: the bubble and the timeline (0: none)")
-      ->check(mgpu::integer(0, 10000))
+      ->transform(mgpu::integer(0, 10000))
       ->capture_default_str();
 }
 

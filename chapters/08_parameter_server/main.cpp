@@ -55,11 +55,11 @@ void add_flags(CLI::App& app, Flags& f) {
   // Whether it was given is noted as it is read (each): the app, and its options, are gone by the
   // time check_flags() runs.
   app.add_option("--staleness", f.settings.staleness, "ssp's bound (only with --mode ssp)")
-      ->check(mgpu::integer(0, 1000))
+      ->transform(mgpu::integer(0, 1000))
       ->each([&f](const std::string&) { f.staleness_given = true; })
       ->capture_default_str();
   app.add_option("--servers", f.servers, "server shards, each on its own device")
-      ->check(mgpu::integer(1, 64))
+      ->transform(mgpu::integer(1, 64))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--straggler", [&f](const std::string& v) { read_straggler(v, f); },

@@ -194,7 +194,7 @@ void add_resnet_flags(CLI::App& app, ResnetOptions& ro) {
   app.add_option("--width", ro.width,
                  "channels of the first stage (d2l's: 64); the stages have N, 2N, 4N, 8N. Work per image grows "
                  "as N^2: --width 16 is 1/16 of it")
-      ->check(mgpu::integer(1, 1024))
+      ->transform(mgpu::integer(1, 1024))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--bn", [&ro](const std::string& v) { ro.bn = v == "sync" ? BatchNormMode::Sync : BatchNormMode::PerDevice; },

@@ -70,14 +70,14 @@ Settings parse_command_line(int argc, char** argv) {
   // At most 1024: a batch of B images makes stage 1's col 64*9*B*784 floats, which the raw
   // kernels' 32-bit indices allow up to B = 4,755; 1024 is 1.8 GB of col, enough for any GPU here.
   app.add_option("-b,--batch-size", s.batch, "images per batch, 1 to 1024 (ResNet-18's shapes at that batch)")
-      ->check(mgpu::integer(1, 1024))
+      ->transform(mgpu::integer(1, 1024))
       ->capture_default_str();
   app.add_option("-w,--warmup", s.warmup, "untimed calls of each variant before timing, 0 to 1000")
-      ->check(mgpu::integer(0, 1000))
+      ->transform(mgpu::integer(0, 1000))
       ->capture_default_str();
   app.add_option("-n,--iters", s.iters,
                  "timed calls of each variant, 0 to 100000; 0: enough for ~0.25 s by the warm-up's time, at least 3")
-      ->check(mgpu::integer(0, 100000))
+      ->transform(mgpu::integer(0, 100000))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--kernels", [&s](const std::string& v) { check_kernel_list(v, &s.kernels); },

@@ -27,7 +27,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--zero", f.settings.stage,
                  "0: DDP (every device holds all the optimizer state and steps every parameter); "
                  "1: ZeRO stage 1 (each device holds and steps 1/k of it)")
-      ->check(mgpu::integer(0, 1))
+      ->transform(mgpu::integer(0, 1))
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--optimizer",
