@@ -241,7 +241,9 @@ for file in "${files[@]}"; do
     while IFS= read -r line; do
       line_number=$((line_number + 1))
       [ -n "$line" ] || continue
-      later=" $(tail -n +$((line_number + 1)) <<<"$block" | tr '\n' ' ') "  # what the block runs after this line
+      # What the block runs after this line, less the folders later runs write into (--out DIR):
+      # a run whose folder the next run also writes to is not read by it, and need not run to its end.
+      later=" $(tail -n +$((line_number + 1)) <<<"$block" | tr '\n' ' ' | sed -E 's/--out(=| )[^ ]+//g') "
       # A chain a && b && c: its parts in order.
       rest=$line
       while [ -n "$rest" ]; do
