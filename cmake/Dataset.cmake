@@ -5,8 +5,13 @@
 set(_files train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
            t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
 set(MGPU_DATA_DIR "")
-foreach(_dir "$ENV{FASHION_MNIST_DIR}" "${CMAKE_SOURCE_DIR}/data/fashion-mnist"
-             "/usr/share/datasets/fashion-mnist")
+# $FASHION_MNIST_DIR, when set, is the programs' choice (common/fashion_mnist.h): nothing is
+# fetched in its place, and a folder without the files is said now, as the programs will say it.
+set(_places "${CMAKE_SOURCE_DIR}/data/fashion-mnist" "/usr/share/datasets/fashion-mnist")
+if(NOT "$ENV{FASHION_MNIST_DIR}" STREQUAL "")
+  set(_places "$ENV{FASHION_MNIST_DIR}")
+endif()
+foreach(_dir ${_places})
   if(NOT _dir)
     continue()
   endif()
@@ -23,7 +28,11 @@ foreach(_dir "$ENV{FASHION_MNIST_DIR}" "${CMAKE_SOURCE_DIR}/data/fashion-mnist"
 endforeach()
 
 option(MGPU_FETCH_DATA "Download Fashion-MNIST into data/ when it is not found" ON)
-if(NOT MGPU_DATA_DIR AND MGPU_FETCH_DATA)
+if(NOT MGPU_DATA_DIR AND NOT "$ENV{FASHION_MNIST_DIR}" STREQUAL "")
+  message(WARNING "FASHION_MNIST_DIR=$ENV{FASHION_MNIST_DIR} does not hold Fashion-MNIST's four files: the "
+                  "programs will refuse it (they never pass it over for another place). Put the files there, "
+                  "or unset FASHION_MNIST_DIR.")
+elseif(NOT MGPU_DATA_DIR AND MGPU_FETCH_DATA)
   execute_process(COMMAND ${CMAKE_COMMAND} -DDEST=${CMAKE_SOURCE_DIR}/data/fashion-mnist
                           -P ${CMAKE_SOURCE_DIR}/data/fetch.cmake
                   RESULT_VARIABLE _fetch_rc)

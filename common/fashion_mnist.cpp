@@ -243,20 +243,26 @@ void keep_first(LabeledImages& set, int limit) {
   set.labels.shrink_to_fit();
 }
 
+// A folder the user named (--data-dir, or $FASHION_MNIST_DIR): it must be a folder; if it lacks a
+// file, loading it says which. Never passed over for another place: a data set other than the one
+// asked for would train silently.
+std::string chosen_folder(const std::string& named_as, const std::string& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (st.type() == fs::file_type::not_found || (!ec && st.type() != fs::file_type::directory))
+    throw Error(named_as + ": no such directory");
+  if (ec) throw Error(named_as + ": cannot be examined: " + ec.message());
+  return dir;
+}
 }  // namespace
 
 std::string find_fashion_mnist(const std::string& data_dir_flag) {
-  // An explicit --data-dir is the user's choice: use it or fail, never fall back silently.
-  if (!data_dir_flag.empty()) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(data_dir_flag, ec);
-    if (st.type() == fs::file_type::not_found || (!ec && st.type() != fs::file_type::directory))
-      throw Error("--data-dir " + data_dir_flag + ": no such directory");
-    if (ec) throw Error("--data-dir " + data_dir_flag + ": cannot be examined: " + ec.message());
-    return data_dir_flag;
-  }
+  // An explicit --data-dir is the user's choice: use it or fail, never fall back silently. So is
+  // $FASHION_MNIST_DIR, when it is set and not empty.
+  if (!data_dir_flag.empty()) return chosen_folder("--data-dir " + data_dir_flag, data_dir_flag);
+  if (const char* env = std::getenv("FASHION_MNIST_DIR"); env && *env)
+    return chosen_folder(std::string("FASHION_MNIST_DIR=") + env, env);
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("FASHION_MNIST_DIR"); env && *env) candidates.push_back(env);
   candidates.push_back(std::string(MGPU_SOURCE_DIR) + "/data/fashion-mnist");
   candidates.push_back("/usr/share/datasets/fashion-mnist");
   std::string looked;

@@ -1,9 +1,10 @@
 // Fashion-MNIST: 60,000 training and 10,000 test images of 28x28 grey pixels, 10 classes.
 // The four gzip'd IDX files are read with zlib; pixels are scaled to [0, 1] as d2l does.
 //
-// The directory is looked up in this order (the first holding the files wins):
-//   --data-dir, $FASHION_MNIST_DIR, data/fashion-mnist/ (in the repository),
-//   /usr/share/datasets/fashion-mnist/ (Debian's dataset-fashion-mnist).
+// The directory: --data-dir if given, else $FASHION_MNIST_DIR if set (either is used as named,
+// or refused, never passed over for another place); else the first of data/fashion-mnist/ (in
+// the repository) and /usr/share/datasets/fashion-mnist/ (Debian's dataset-fashion-mnist) that
+// holds the files.
 // A missing, truncated or corrupt file raises mgpu::Error naming the file and the fault
 // (data/README.md lists every check).
 #pragma once
@@ -29,7 +30,8 @@ inline constexpr int kClasses = 10;
 inline const char* const kClassNames[kClasses] = {"t-shirt", "trouser", "pullover", "dress", "coat",
                                                   "sandal",  "shirt",   "sneaker",  "bag",   "ankle boot"};
 
-// The directory to read from; throws mgpu::Error listing every place it looked.
+// The directory to read from; throws mgpu::Error naming a chosen folder that is not one, or
+// listing every place it looked.
 std::string find_fashion_mnist(const std::string& data_dir_flag);
 
 // One IDX pair (images + labels), any image size. Each file must be a regular file holding

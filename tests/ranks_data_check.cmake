@@ -9,7 +9,11 @@ if(NOT LAUNCH MATCHES "^[^ ]")
 endif()
 # Where the program would look (common/fashion_mnist.cpp, find_fashion_mnist).
 set(found "")
-foreach(dir "$ENV{FASHION_MNIST_DIR}" "${SOURCE_DIR}/data/fashion-mnist" /usr/share/datasets/fashion-mnist)
+set(places "${SOURCE_DIR}/data/fashion-mnist" /usr/share/datasets/fashion-mnist)
+if(NOT "$ENV{FASHION_MNIST_DIR}" STREQUAL "")
+  set(places "$ENV{FASHION_MNIST_DIR}")  # the program's choice when set
+endif()
+foreach(dir ${places})
   if(NOT found AND dir AND EXISTS "${dir}/t10k-images-idx3-ubyte.gz" AND EXISTS "${dir}/train-images-idx3-ubyte.gz")
     set(found "${dir}")
   endif()

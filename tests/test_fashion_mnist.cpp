@@ -546,22 +546,32 @@ TEST_CASE("$FASHION_MNIST_DIR is searched first; --data-dir overrides it") {
   CHECK(data.test.labels == std::vector<std::int32_t>{7, 8, 9});
 }
 
-TEST_CASE("$FASHION_MNIST_DIR without the files is passed over for the next place") {
-  // Where the data is found without the variable, it must be found with the empty folder in it
-  // too: a finder that stopped at the variable's folder would fail here, not take the else.
-  const bool found_without = [] {
-    const ScopedEnv unset("FASHION_MNIST_DIR", "");
-    return error_of([] { mgpu::find_fashion_mnist(""); }).empty();
-  }();
+TEST_CASE("$FASHION_MNIST_DIR is used as set, never passed over for another place") {
+  // A folder without the files: loading it names the missing file, even where the real data
+  // set would be found elsewhere (a silent fall-back would train on another set than the one set).
   TempDir empty;
-  const ScopedEnv env("FASHION_MNIST_DIR", empty.path.string());
-  const std::string message = error_of([] { mgpu::find_fashion_mnist(""); });
-  CHECK(message.empty() == found_without);
-  if (message.empty()) {
-    CHECK(mgpu::find_fashion_mnist("") != empty.path.string());  // found elsewhere (the real data)
-  } else {
-    CHECK(contains(message, empty.path.string()));  // found nowhere: the list names every place
+  {
+    const ScopedEnv env("FASHION_MNIST_DIR", empty.path.string());
+    CHECK(mgpu::find_fashion_mnist("") == empty.path.string());
+    CHECK_THROWS_WITH_AS(mgpu::load_fashion_mnist(""), doctest::Contains(empty.file("train-images-idx3-ubyte.gz").c_str()),
+                         mgpu::Error);
   }
+  // No such folder, or a file: refused, naming the variable and its value.
+  const std::string missing = (empty.path / "nowhere").string();
+  {
+    const ScopedEnv env("FASHION_MNIST_DIR", missing);
+    CHECK(error_of([] { mgpu::find_fashion_mnist(""); }) == "FASHION_MNIST_DIR=" + missing + ": no such directory");
+  }
+  const std::string file = empty.file("a_file");
+  std::ofstream(file) << "not a folder";
+  {
+    const ScopedEnv env("FASHION_MNIST_DIR", file);
+    CHECK(error_of([] { mgpu::find_fashion_mnist(""); }) == "FASHION_MNIST_DIR=" + file + ": no such directory");
+  }
+  // Set but empty is not set: the search goes on as without it.
+  const ScopedEnv unset("FASHION_MNIST_DIR", "");
+  const std::string message = error_of([] { mgpu::find_fashion_mnist(""); });
+  CHECK_FALSE(contains(message, "FASHION_MNIST_DIR="));
 }
 
 TEST_CASE("images that are not 28x28 are refused as Fashion-MNIST, naming the file") {

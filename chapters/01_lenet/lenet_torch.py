@@ -200,12 +200,17 @@ def fail(message):
 
 
 def find_data_dir(explicit):
-    """Pick the dataset directory: --data-dir, else the first known place that has it."""
+    """Pick the dataset directory as the C++ programs do (common/fashion_mnist.h): --data-dir,
+    else $FASHION_MNIST_DIR when set (either used as named or refused, never passed over), else
+    the first known place that has the files."""
     if explicit is not None:
         return explicit
+    chosen = os.environ.get("FASHION_MNIST_DIR")
+    if chosen:
+        if not os.path.isdir(chosen):
+            fail(f"FASHION_MNIST_DIR={chosen}: no such directory")
+        return chosen
     candidates = []
-    if os.environ.get("FASHION_MNIST_DIR"):
-        candidates.append(os.environ["FASHION_MNIST_DIR"])
     candidates.append(os.path.join(REPO_ROOT, "data", "fashion-mnist"))
     candidates.append("/usr/share/datasets/fashion-mnist")
     for d in candidates:
