@@ -605,6 +605,20 @@ int epochs_in(const std::string& csv) {
 }
 }  // namespace
 
+// Text a user may have typed (a title, a run's label) as a gnuplot string: single-quoted, a
+// quote doubled (gnuplot's escape inside single quotes), and every control character a space. A
+// new line would end the string and the command, and gnuplot would run the next line as a
+// command of its own (`system "..."`).
+std::string gnuplot_text(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) {
+    if (c == '\'') quoted += "''";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) quoted += ' ';
+    else quoted += c;
+  }
+  return quoted + "'";
+}
+
 bool plot_runs(const std::string& png_path, const std::string& title,
                const std::vector<std::pair<std::string, std::string>>& runs) {
   // Epochs 1..N on the x-axis, half an epoch of margin each side, so that a run of one epoch is
@@ -623,7 +637,7 @@ bool plot_runs(const std::string& png_path, const std::string& title,
      << (epochs <= 20 ? "set xtics 1\n" : "set xtics 1, 1 + (" + std::to_string(epochs) + " - 1) / 10\n")
      << "set bmargin " << 4 + key_rows << "\n"
      << "set offsets 0, 0, graph 0.05, 0\n"  // no point on the top border
-     << "set multiplot layout 1,2 title '" << title << "'\n";
+     << "set multiplot layout 1,2 title " << gnuplot_text(title) << "\n";
   // d2l's picture of training: the training loss (column 2), the training accuracy (3) and the
   // test accuracy (4) per epoch, on one axis, each curve in a colour of its own (d2l's blue,
   // magenta and green, as told apart by readers who do not see red from green: Okabe and Ito's).
@@ -656,7 +670,7 @@ bool plot_runs(const std::string& png_path, const std::string& title,
     const std::string file = gnuplot_file(runs[i].second, png_path);
     const std::string time_colour = std::string(" lc rgb '") + run_colours[i % 6] + "'";
     gp << (i ? ", " : "") << file << " using 1:($6 == 1 ? $5 : 1/0) with linespoints" << time_colour << run_style(i)
-       << " title '" << (runs.size() > 1 ? runs[i].first : "seconds per epoch") << "', " << file << " using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5"
+       << " title " << gnuplot_text(runs.size() > 1 ? runs[i].first : "seconds per epoch") << ", " << file << " using 1:($6 == 1 ? 1/0 : $5) with points pt 6 ps 1.5"
        << time_colour << " notitle";
   }
   gp << ", 1/0 with points pt 6 ps 1.5 lc rgb '#000000' title 'first epoch: one-time set-up included'";

@@ -202,6 +202,11 @@ bool plot_runs(const std::string& png_path, const std::string& title,
 // option. So gnuplot runs in the folder, and `commands` name files with gnuplot_file().
 bool run_gnuplot(const std::string& png_path, const std::string& commands);
 
+// Any text as a gnuplot string literal: single-quoted, quotes doubled, control characters (a new
+// line) made spaces, so that no text can end the string or the command ('a\nb' -> 'a b').
+// plot_runs passes every title and label through it.
+std::string gnuplot_text(const std::string& text);
+
 // `file`, which must lie in png_path's folder, as a quoted gnuplot string of its plain name:
 // 'run_k2.csv'. Throws for a file elsewhere or a name that is not letters, digits, '_', '-', '.'
 // (the programs make these names; anything else is a bug, not a user's input).

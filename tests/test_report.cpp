@@ -80,6 +80,14 @@ TEST_CASE("gnuplot_file: a plain name in the plot's folder, quoted; anything els
                          doctest::Contains("is not a plain file name"), mgpu::Error);
 }
 
+TEST_CASE("gnuplot_text: any text as one gnuplot string, which no quote or new line can end") {
+  CHECK(mgpu::gnuplot_text("C++ vs PyTorch") == "'C++ vs PyTorch'");
+  CHECK(mgpu::gnuplot_text("it's") == "'it''s'");  // gnuplot's escape of a quote inside single quotes
+  CHECK(mgpu::gnuplot_text("a\nsystem \"touch x\"") == "'a system \"touch x\"'");  // one line: nothing runs
+  CHECK(mgpu::gnuplot_text(std::string("tab\there\x1b[0m")) == "'tab here [0m'");
+  CHECK(mgpu::gnuplot_text("") == "''");
+}
+
 TEST_CASE("--out with quotes, a command substitution or a leading '-': plotted, and nothing is run") {
   const fs::path base = fresh_folder("odd");
   const fs::path witness = base / "INJECTED";
