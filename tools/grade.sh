@@ -91,18 +91,18 @@ read_rubric() {  # FILE
       given) ;;
       exercise)
         [[ $a =~ ^ex[0-9][0-9]\.[a-z0-9_]+$ ]] || bad "'exercise NAME MINUTES': '$a' is not an exercise's name"
-        [[ $b =~ ^[0-9]+$ ]] || bad "'exercise NAME MINUTES': '$b' is not a number of minutes"
+        [[ $b =~ ^[0-9]{1,6}$ ]] || bad "'exercise NAME MINUTES': '$b' is not a number of minutes (at most 6 digits)"
         [ -z "$rest" ] || bad "'exercise NAME MINUTES' takes nothing more, got '$rest'"
         exercise=$a
-        minutes[$a]=$b ;;
+        minutes[$a]=$((10#$b)) ;;  # decimal, whatever its leading zeros (bash reads 010 as octal 8)
       case|hidden)
         [ -n "$exercise" ] || bad "a $kind before any 'exercise' line"
         [[ $a == "$exercise" || $a == "$exercise:"* ]] || bad "the case '$a' is not named after its exercise, $exercise (NAME or NAME:CASE)"
         [[ $a =~ ^[a-z0-9_.:]+$ ]] || bad "the case '$a' has a character other than a-z 0-9 _ . :"
-        [[ $b =~ ^[0-9]+$ ]] || bad "'$kind TEST POINTS WHAT': '$b' is not a whole number of points"
+        [[ $b =~ ^[0-9]{1,6}$ ]] || bad "'$kind TEST POINTS WHAT': '$b' is not a whole number of points (at most 6 digits)"
         local visibility=visible
         [ "$kind" = hidden ] && visibility=hidden
-        cases+=("$name|$exercise|$a|$visibility|$b|$rest") ;;
+        cases+=("$name|$exercise|$a|$visibility|$((10#$b))|$rest") ;;  # decimal, as minutes
       *) bad "unknown statement '$kind' (assignment, given, exercise, case or hidden)" ;;
     esac
   done <"$file"

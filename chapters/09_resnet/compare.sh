@@ -23,7 +23,8 @@ twin_check_flags() {
   devices=$(twin_flag devices 1)
   [[ $devices == 1 ]] && return
   gpus=$("$twin_python" -c 'import torch; print(torch.cuda.device_count())')
-  if ! [[ $devices =~ ^[0-9]+$ ]] || ((devices > gpus)); then
+  # 10#: decimal, whatever its leading zeros, as the programs read it (bash would read 010 as 8).
+  if ! [[ $devices =~ ^[0-9]{1,4}$ ]] || ((10#$devices > gpus)); then
     echo "error: --devices $devices: the PyTorch twin needs that many CUDA GPUs and sees $gpus" >&2
     exit 1
   fi

@@ -41,11 +41,11 @@ assignment A small assignment
 given nothing much
 exercise ex01.a 10
   case ex01.a 3 it "passes" \ as	it should
-exercise ex01.b 20
+exercise ex01.b 0020
   case ex01.b:part1 2 this half passes
   case ex01.b:part2 4 this half fails
   case ex01.b:slow 1 this one runs past the time limit
-  hidden ex01.b:hidden_other 5 not in this build
+  hidden ex01.b:hidden_other 05 not in this build (leading zeros: decimal, as the minutes above)
 exercise ex01.c 5
   case ex01.c 7 skipped here
 R
