@@ -166,13 +166,11 @@ void ShardedTrainer::step(std::vector<mgpu::DeviceData>& data, int first, int n,
   // 3. The gradient of the batch's mean loss is the sum / n; clipping scales it once more. Its
   //    squared norm is the sum of the shards' (each device knows its own shard's).
   float grad_scale = 1.0f / n;
-  clip_factor_ = 1;
   if (settings_.clip_norm > 0) {
     double squares = 0;
     for (int i = 0; i < k; ++i)
       squares += mgpu::sum_of_squares(devices_[i], grads_[i] + layout_.begin(i), layout_.shard);
-    clip_factor_ = mgpu::clip_coefficient(std::sqrt(squares) / n, settings_.clip_norm);
-    grad_scale *= clip_factor_;
+    grad_scale *= mgpu::clip_coefficient(std::sqrt(squares) / n, settings_.clip_norm);
   }
   if (settings_.stage == 0) {
     // 4a. DDP: the all-gather completes the allreduce; every device steps every parameter.

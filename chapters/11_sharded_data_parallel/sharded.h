@@ -61,8 +61,8 @@ struct Settings {
   float clip_norm = 0;                 // clip the gradient's global norm to this; 0: no clipping
 };
 
-// Bytes of model state one device holds, by kind, for `params` parameters padded to the layout:
-// what the buffers below allocate, and what chapter 11's README's formulas say.
+// Bytes of model state one device holds, by kind, for the layout's padded bucket: what
+// ShardedReplica allocates, and what chapter 11's README's formulas say.
 struct StateBytes {
   std::size_t params = 0, grads = 0, optimizer = 0;
   std::size_t total() const { return params + grads + optimizer; }
@@ -125,7 +125,6 @@ class ShardedTrainer {
   const ShardLayout& layout() const { return layout_; }
   const ShardCollectives& collectives() const { return collectives_; }
   long steps() const { return steps_; }
-  float last_clip_factor() const { return clip_factor_; }  // 1 when the step was not clipped
 
  private:
   // Replica r's optimizer step over elements [begin, begin + count) of its flat buffers, with
@@ -138,7 +137,6 @@ class ShardedTrainer {
   ShardCollectives collectives_;
   std::vector<float*> grads_, params_;  // each replica's flat buffers
   long steps_ = 0;
-  float clip_factor_ = 1;
 };
 
 // d2l's train(num_gpus, batch_size, lr) with a sharded step: the trainer as training left it
