@@ -138,8 +138,7 @@ void ShardedTrainer::update(ShardedReplica& r, std::int64_t begin, std::int64_t 
   if (settings_.optimizer == OptimizerKind::AdamW) {
     mgpu::AdamWSettings a = settings_.adamw;
     a.lr = lr;
-    mgpu::adamw_update(*r.device, p, g, r.m.data(), r.v.data(), count, a, steps_,
-                       grad_scale);
+    mgpu::adamw_update(*r.device, p, g, r.m.data(), r.v.data(), count, a, steps_, grad_scale);
   } else {
     mgpu::SgdMomentumSettings m = settings_.sgd;
     m.lr = lr;
