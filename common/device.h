@@ -96,6 +96,7 @@ class DeviceSet {
 
   int size() const { return static_cast<int>(devices_.size()); }
   const Device& operator[](int i) const { return devices_.at(i); }
+  const std::vector<Device>& all() const { return devices_; }  // devices 0 .. size() - 1
   // One line per logical device: "device 1 -> cuda:0 (shared with device 0)".
   std::string mapping() const;
   void synchronize() const;

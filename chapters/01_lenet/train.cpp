@@ -81,7 +81,7 @@ HostParams train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data,
     ++steps_done;
   };
   loop.synchronize = [&] { devices.synchronize(); };
-  for (int i = 0; i < devices.size(); ++i) loop.devices.push_back(devices[i]);  // the progress line counts their finished batches
+  loop.devices = devices.all();  // the progress line counts their finished batches
   loop.train_metrics = [&] {
     const auto [loss_sum, hits] = t.metrics.read();
     return mgpu::LossAndHits{loss_sum, hits};

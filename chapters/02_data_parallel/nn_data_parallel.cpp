@@ -188,7 +188,7 @@ DataParallelRun train_dataparallel(const DeviceSet& devices, const mgpu::Fashion
     ++steps;
   };
   loop.synchronize = [&] { devices.synchronize(); };
-  for (int i = 0; i < devices.size(); ++i) loop.devices.push_back(devices[i]);  // the progress line counts their finished batches
+  loop.devices = devices.all();  // the progress line counts their finished batches
   loop.train_metrics = [&] {
     const auto [loss_sum, hits] = trainer.read_metrics();
     return mgpu::LossAndHits{loss_sum, hits};

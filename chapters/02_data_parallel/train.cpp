@@ -47,7 +47,7 @@ lenet::HostParams train(const DeviceSet& devices, const mgpu::FashionMnist& data
   };
   loop.step = [&](const mgpu::BatchOf& b) { train_batch(train_data, b.first, b.size, replicas, allreduce, b.lr); };
   loop.synchronize = [&] { devices.synchronize(); };
-  for (int i = 0; i < devices.size(); ++i) loop.devices.push_back(devices[i]);  // the progress line counts their finished batches
+  loop.devices = devices.all();  // the progress line counts their finished batches
   loop.train_metrics = [&] { return sum_metrics(replicas); };
   loop.test_accuracy = [&] {
     double test_hits = 0;

@@ -262,7 +262,7 @@ std::vector<ScalerEpoch> train(const mgpu::DeviceSet& devices, const mgpu::Fashi
   };
   loop.step = [&](const mgpu::BatchOf& b) { trainer.step(train_data, b.first, b.size, b.lr); };
   loop.synchronize = [&] { devices.synchronize(); };
-  for (int i = 0; i < devices.size(); ++i) loop.devices.push_back(devices[i]);  // the progress line counts their finished batches
+  loop.devices = devices.all();  // the progress line counts their finished batches
   loop.train_metrics = [&] {
     const auto [loss_sum, hits] = trainer.read_metrics();
     return mgpu::LossAndHits{loss_sum, hits};

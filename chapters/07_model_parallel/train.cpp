@@ -12,8 +12,10 @@ void train(Pipeline& pipeline, const mgpu::FashionMnist& data, const mgpu::Optio
   };
   loop.step = [&](const mgpu::BatchOf& b) { pipeline.step(b.first, b.size, b.lr); };
   loop.synchronize = [&] { pipeline.synchronize(); };
-  for (int s = 0; s < pipeline.stages(); ++s)  // the progress line counts the batches they have finished
-    for (int i = 0; i < pipeline.stage_devices(s).size(); ++i) loop.devices.push_back(pipeline.stage_devices(s)[i]);
+  for (int s = 0; s < pipeline.stages(); ++s) {  // the progress line counts the batches they have finished
+    const std::vector<mgpu::Device>& stage = pipeline.stage_devices(s).all();
+    loop.devices.insert(loop.devices.end(), stage.begin(), stage.end());
+  }
   loop.train_metrics = [&] {
     const auto [loss, hits] = pipeline.read_metrics();
     return mgpu::LossAndHits{loss, hits};

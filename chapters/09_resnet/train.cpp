@@ -306,7 +306,7 @@ void train(const mgpu::DeviceSet& devices, const mgpu::FashionMnist& data, const
     ++replays;
   };
   loop.synchronize = [&] { devices.synchronize(); };
-  for (int i = 0; i < devices.size(); ++i) loop.devices.push_back(devices[i]);  // the progress line counts their finished batches
+  loop.devices = devices.all();  // the progress line counts their finished batches
   loop.train_metrics = [&] {
     mgpu::LossAndHits sum;
     for (Replica& r : replicas) {

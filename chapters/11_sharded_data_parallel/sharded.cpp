@@ -201,7 +201,7 @@ TrainResult train(const DeviceSet& devices, const mgpu::FashionMnist& data, cons
   };
   loop.step = [&](const mgpu::BatchOf& b) { trainer.step(train_data, b.first, b.size, b.lr); };
   loop.synchronize = [&] { devices.synchronize(); };
-  for (int i = 0; i < k; ++i) loop.devices.push_back(devices[i]);
+  loop.devices = devices.all();  // the progress line counts their finished batches
   loop.train_metrics = [&] {
     mgpu::LossAndHits sum;
     for (const ShardedReplica& r : trainer.replicas()) {
