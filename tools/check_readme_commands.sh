@@ -17,7 +17,8 @@
 #       20 s without an error for a program that loads no data. Then it is stopped: the start
 #       of training is enough. A run that writes a file a later command of its block reads (a
 #       path the later command names: --dump-step /tmp/step, then crosscheck.py /tmp/step) runs
-#       to its end; one that writes a checkpoint so, to its first epoch line.
+#       to its end; one that writes a checkpoint so, to its first epoch line. (A later run's own
+#       --out folder is where it writes, not a read: four runs into one --out are each stopped.)
 #   a script of this repository (chapters/..., tools/...)  run with --help: it exists, prints its
 #       usage and exits 0 (its real work takes minutes to hours; the chapters' tests run it).
 #   apt-get install  not run: each package it names must be one apt knows (apt-cache show).
