@@ -140,7 +140,7 @@ bool plot(const std::string& png_path, const std::string& csv_path, const std::s
   const std::vector<std::pair<std::string, int>> lines = runs_of(results);  // one line each
 
   std::ostringstream gp;
-  gp << "set multiplot layout 1,2 title '" << title << "'\n"
+  gp << "set multiplot layout 1,2 title " << mgpu::gnuplot_text(title) << "\n"
      << "set grid\nset key top left\nset logscale x 2\nset format x '%.0b%B'\nset xlabel 'message size (bytes)'\n";
   auto plot_column = [&](const char* ylabel, int column) {
     gp << "set ylabel '" << ylabel << "'\nplot ";

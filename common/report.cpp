@@ -609,11 +609,19 @@ int epochs_in(const std::string& csv) {
 // quote doubled (gnuplot's escape inside single quotes), and every control character a space. A
 // new line would end the string and the command, and gnuplot would run the next line as a
 // command of its own (`system "..."`).
+namespace {
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+}  // namespace
+
+bool has_control_character(const std::string& text) {
+  return std::any_of(text.begin(), text.end(), is_control);
+}
+
 std::string gnuplot_text(const std::string& text) {
   std::string quoted = "'";
   for (const char c : text) {
     if (c == '\'') quoted += "''";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) quoted += ' ';
+    else if (is_control(c)) quoted += ' ';
     else quoted += c;
   }
   return quoted + "'";

@@ -204,8 +204,11 @@ bool run_gnuplot(const std::string& png_path, const std::string& commands);
 
 // Any text as a gnuplot string literal: single-quoted, quotes doubled, control characters (a new
 // line) made spaces, so that no text can end the string or the command ('a\nb' -> 'a b').
-// plot_runs passes every title and label through it.
+// Every title and label a program writes into a gnuplot script goes through it.
 std::string gnuplot_text(const std::string& text);
+// Whether `text` holds a control character (a new line, a tab, an escape): text a picture's
+// title cannot show, and gnuplot_text turns into spaces (plot_runs refuses it instead).
+bool has_control_character(const std::string& text);
 
 // `file`, which must lie in png_path's folder, as a quoted gnuplot string of its plain name:
 // 'run_k2.csv'. Throws for a file elsewhere or a name that is not letters, digits, '_', '-', '.'

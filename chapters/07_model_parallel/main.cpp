@@ -132,7 +132,7 @@ void write_timeline(const std::vector<pp::Span>& spans, int step, const std::str
         << (s.begin - t0) * 1e3 << ',' << (s.end - t0) * 1e3 << '\n';
   mgpu::write_whole_file(csv, f.str());
   // One bar (boxxyerror: x centre, y, half width, half height) per span of a kind, per device row.
-  std::string plot = "set title '" + title + "'\nset xlabel 'ms from the start of the step'\nset ylabel 'device'\n"
+  std::string plot = "set title " + mgpu::gnuplot_text(title) + "\nset xlabel 'ms from the start of the step'\nset ylabel 'device'\n"
                      "set yrange [" + std::to_string(devices) + " - 0.4:-0.6]\nset ytics 1\nset style fill solid 0.8 noborder\nset key outside\n"
                      "plot ";
   const char* kinds[] = {"F", "B", "C", "W", "U"};

@@ -130,7 +130,7 @@ void write_push_files(const std::string& run, const mgpu::Options& o, const ps::
   // The axes from 0, every staleness that occurred on the x-axis: a run whose pushes all had one
   // staleness (BSP's 0) is one bar on a readable axis, not an axis of one value gnuplot warns about.
   const std::string png = out_file(o, run + "_staleness.png").string();
-  if (mgpu::run_gnuplot(png, "set title '" + run + ": staleness of the pushes (all epochs)'\n"
+  if (mgpu::run_gnuplot(png, "set title " + mgpu::gnuplot_text(run + ": staleness of the pushes (all epochs)") + "\n"
                              "set xlabel 'staleness (updates between pull and push)'\nset ylabel 'pushes'\n"
                              "set xrange [-0.5:" + std::to_string(std::max<std::size_t>(stalest, 1)) + "-0.5]\n"
                              "set xtics 1\nset yrange [0:*]\nset style fill solid 0.6\nset boxwidth 0.8\nset key off\n"

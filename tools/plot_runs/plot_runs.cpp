@@ -60,13 +60,6 @@ struct Request {
   std::vector<std::string> texts;                          // each run's CSV, read and checked
 };
 
-// A new line, a tab, an escape...: text a picture's title cannot show.
-bool has_control_character(const std::string& s) {
-  for (const char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
-  return false;
-}
-
 // The command line, every CSV read and checked: a bad one is refused (exit 2) before anything is written.
 Request parse_request(int argc, char** argv) {
   std::string out, title;
@@ -101,7 +94,7 @@ Request parse_request(int argc, char** argv) {
     const std::size_t eq = given.rfind('=');
     const fs::path csv = eq == std::string::npos ? fs::path(given) : fs::path(given.substr(0, eq));
     const std::string label = eq == std::string::npos ? csv.stem().string() : given.substr(eq + 1);
-    if (label.empty() || label.find('\'') != std::string::npos || has_control_character(label))
+    if (label.empty() || label.find('\'') != std::string::npos || mgpu::has_control_character(label))
       mgpu::refuse_command_line(kProgram, given + ": a label may not be empty, nor hold a quote or a control character (a new line)");
     if (!fs::is_regular_file(csv)) mgpu::refuse_command_line(kProgram, csv.string() + ": not a file");
     const std::string text = read_text(csv);
@@ -113,7 +106,7 @@ Request parse_request(int argc, char** argv) {
   r.title = title;
   if (r.title.empty())
     for (const auto& run : r.runs) r.title += (r.title.empty() ? "" : " vs ") + run.first;
-  if (r.title.find('\'') != std::string::npos || has_control_character(r.title))
+  if (r.title.find('\'') != std::string::npos || mgpu::has_control_character(r.title))
     mgpu::refuse_command_line(kProgram, "--title may not hold a quote or a control character (a new line)");
   return r;
 }
