@@ -86,8 +86,8 @@ void adamw_update(const Device& d, float* p, const float* g, float* m, float* v,
 
 void sgd_momentum_update(const Device& d, float* p, const float* g, float* buf, i64 n, const SgdMomentumSettings& s,
                          bool first_step, float grad_scale) {
-  for_each_index(d, n, SgdMomentumStep{p, buf, g, grad_scale, float(s.weight_decay), float(s.momentum), float(s.lr), first_step},
-                 5.0 * kF * n);
+  const SgdMomentumStep f{p, buf, g, grad_scale, float(s.weight_decay), float(s.momentum), float(s.lr), first_step};
+  for_each_index(d, n, f, 5.0 * kF * n);  // reads p, g, buf; writes p, buf
 }
 
 double sum_of_squares(const Device& d, const float* g, i64 n) {

@@ -15,20 +15,12 @@ ShardLayout::ShardLayout(std::int64_t n_, int k_) : n(n_), k(k_) {
   padded = shard * k;
 }
 
-std::string optimizer_name(OptimizerKind o) { return o == OptimizerKind::AdamW ? "adamw" : "sgd"; }
-
-StateBytes state_bytes(const ShardLayout& layout, int stage, OptimizerKind optimizer) {
-  const std::size_t f = sizeof(float), all = static_cast<std::size_t>(layout.padded);
-  const std::size_t updated = stage == 0 ? all : static_cast<std::size_t>(layout.shard);  // elements this device steps
-  const std::size_t per_element = optimizer == OptimizerKind::AdamW ? 2 : 1;  // m and v, or the momentum buffer
-  return StateBytes{all * f, all * f, per_element * updated * f};
-}
-
-std::size_t bytes_sent_per_step(const ShardLayout& layout) {
-  return 2 * static_cast<std::size_t>(layout.k - 1) * static_cast<std::size_t>(layout.shard) * sizeof(float);
-}
-
 namespace {
+
+// The optimizer state's length on a device: every element in stage 0, its shard in stage 1.
+std::size_t state_elements(const ShardLayout& layout, int stage) {
+  return static_cast<std::size_t>(stage == 0 ? layout.padded : layout.shard);
+}
 
 // A lenet::Params over one zeroed flat buffer of `padded` floats: the eight tensors at their
 // chapter 03 offsets, the padding after the last one.
@@ -40,19 +32,25 @@ lenet::Params padded_params(const Device& d, std::int64_t padded) {
   return p;
 }
 
-}  // namespace
-
-namespace {
-// The optimizer state's length on a device: every element in stage 0, its shard in stage 1.
-std::size_t state_elements(const ShardLayout& layout, const Settings& s) {
-  return static_cast<std::size_t>(s.stage == 0 ? layout.padded : layout.shard);
-}
 mgpu::Buffer<float> zeroed(const Device& d, std::size_t n) {
   mgpu::Buffer<float> b(d, n);
   b.zero();
   return b;
 }
+
 }  // namespace
+
+std::string optimizer_name(OptimizerKind o) { return o == OptimizerKind::AdamW ? "adamw" : "sgd"; }
+
+StateBytes state_bytes(const ShardLayout& layout, int stage, OptimizerKind optimizer) {
+  const std::size_t f = sizeof(float), all = static_cast<std::size_t>(layout.padded);
+  const std::size_t per_element = optimizer == OptimizerKind::AdamW ? 2 : 1;  // m and v, or the momentum buffer
+  return StateBytes{all * f, all * f, per_element * state_elements(layout, stage) * f};
+}
+
+std::size_t bytes_sent_per_step(const ShardLayout& layout) {
+  return 2 * static_cast<std::size_t>(layout.k - 1) * static_cast<std::size_t>(layout.shard) * sizeof(float);
+}
 
 ShardedReplica::ShardedReplica(const Device& d, const ShardLayout& layout, const Settings& s,
                                const lenet::HostParams& init, int shard_capacity)
@@ -60,8 +58,8 @@ ShardedReplica::ShardedReplica(const Device& d, const ShardLayout& layout, const
       held_before(mgpu::device_memory(d).held),
       params(padded_params(d, layout.padded)),
       grads(padded_params(d, layout.padded)),
-      m(zeroed(d, state_elements(layout, s))),
-      v(s.optimizer == OptimizerKind::AdamW ? zeroed(d, state_elements(layout, s)) : mgpu::Buffer<float>()),
+      m(zeroed(d, state_elements(layout, s.stage))),
+      v(s.optimizer == OptimizerKind::AdamW ? zeroed(d, state_elements(layout, s.stage)) : mgpu::Buffer<float>()),
       model_state_bytes(mgpu::device_memory(d).held - held_before),
       batch(d, shard_capacity),
       lanes(lenet::make_lanes(d, shard_capacity)),
@@ -125,10 +123,12 @@ ShardedTrainer::ShardedTrainer(const DeviceSet& devices, const Settings& s, cons
       collectives_(devices, layout_) {
   if (s.stage < 0 || s.stage > 1) throw mgpu::Error("ShardedTrainer: stage " + std::to_string(s.stage) + " (0 or 1)");
   const int largest_part = mgpu::shard_sizes(batch_capacity, devices.size())[0];
-  for (int i = 0; i < devices.size(); ++i) {
-    replicas_.emplace_back(devices[i], layout_, s, init, largest_part);
-    grads_.push_back(replicas_.back().grads.flat());
-    params_.push_back(replicas_.back().params.flat());
+  for (int i = 0; i < devices.size(); ++i) replicas_.emplace_back(devices[i], layout_, s, init, largest_part);
+  for (ShardedReplica& r : replicas_) {  // once replicas_ is whole: its elements no longer move
+    grads_.push_back(r.grads.flat());
+    params_.push_back(r.params.flat());
+    replica_devices_.push_back(r.device);
+    batches_.push_back(&r.batch);
   }
 }
 
@@ -150,10 +150,7 @@ void ShardedTrainer::step(std::vector<mgpu::DeviceData>& data, int first, int n,
   const int k = devices_.size();
   ++steps_;
   // 1. Every device: forward and backward on its part of the batch (chapter 02's split).
-  std::vector<const Device*> devices;
-  std::vector<mgpu::Batch*> batches;
-  for (ShardedReplica& r : replicas_) devices.push_back(r.device), batches.push_back(&r.batch);
-  const std::vector<int> sizes = dp::split_batch(data, first, n, devices, batches);
+  const std::vector<int> sizes = dp::split_batch(data, first, n, replica_devices_, batches_);
   for (int i = 0; i < k; ++i) {
     ShardedReplica& r = replicas_[i];
     r.grads.zero();

@@ -136,6 +136,8 @@ class ShardedTrainer {
   std::vector<ShardedReplica> replicas_;
   ShardCollectives collectives_;
   std::vector<float*> grads_, params_;  // each replica's flat buffers
+  std::vector<const Device*> replica_devices_;  // each replica's device, for chapter 02's split_batch
+  std::vector<mgpu::Batch*> batches_;           // each replica's part of the batch
   long steps_ = 0;
 };
 
